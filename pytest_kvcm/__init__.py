@@ -1,0 +1,1 @@
+"""pytest-kvcm: the pytest plugin around the kvcm reference managers."""

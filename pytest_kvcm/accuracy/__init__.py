@@ -1,0 +1,1 @@
+"""Accuracy gates: thresholds, references, GSM8K."""

@@ -1,0 +1,17 @@
+"""pytest-kvcm entry point (registered through the ``pytest11`` entry point).
+
+Like pytest-xdist, the plugin is a set of small sub-plugins, one concept each; this module only names them
+so that pytest registers their options, markers, fixtures and hooks.
+"""
+
+pytest_plugins = [
+    "pytest_kvcm.versions",  # --kvcm-version, the kvcm_version / kvcm_manager_factory fixtures
+    "pytest_kvcm.markers",  # cpu_only, gpu(...), accuracy, slow; GPU requirement skips
+    "pytest_kvcm.lanes",  # --kvcm-lane, ci/<lane>.yml, waives
+    "pytest_kvcm.sharding",  # CUDA_VISIBLE_DEVICES per xdist worker
+    "pytest_kvcm.regressions",  # --kvcm-inject, the historic-defect registry
+    "pytest_kvcm.page_boundary",  # the page_boundary_check fixture
+    "pytest_kvcm.parity",  # the greedy_parity fixture
+    "pytest_kvcm.accuracy.plugin",  # --kvcm-accuracy, --kvcm-gsm8k, gate fixtures
+    "pytest_kvcm.results",  # --kvcm-results, the SQLite results store
+]
