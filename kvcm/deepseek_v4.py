@@ -1,0 +1,118 @@
+"""DeepSeek-V4's cache: compressed, indexer and sliding roles, and the longest-decode constraint (SEMANTICS 5).
+
+Every layer keeps a sliding window of W + D latent tokens. A layer with compress ratio r = 4 (compressed
+sparse attention) also keeps compressed entries (one per 4 tokens) for its whole length plus its indexer's, and
+fp32 compressor states for the last ``2 * 4 + D`` tokens; r = 128 (heavily compressed) keeps one compressed
+entry per 128 tokens and its compressor states inside the sliding window. Roles with the same life cycle share
+one pool, so V4 has up to three groups: full length, window ``W + D`` and window ``8 + D``.
+
+The longest-decode constraint lives here and only here: in generic V2 it inflated every ordinary model's
+estimation pool past its budget (SEMANTICS 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import BatchDesc, KVCacheDesc, KvCacheConfig
+from .constraints import NamedConstraint
+from .errors import ConfigError
+from .manager_v2 import KVCacheManagerV2
+from .model_spec import LayerSpec, ModelSpec
+
+
+def _flash_compress_ratios() -> tuple[int, ...]:
+    """DeepSeek-V4-Flash's 43 layers: two heavily compressed, then CSA (4) and HCA (128) interleaved."""
+    return (128, 128) + tuple(4 if i % 2 else 128 for i in range(41))
+
+
+@dataclass(frozen=True)
+class DeepseekV4Spec:
+    """The cache-relevant shape of a DeepSeek-V4 model; defaults are DeepSeek-V4-Flash's published config
+    (transformers' ``DeepseekV4Config``: 43 layers, one 512-wide latent KV head, window 128, indexer head 128)."""
+
+    compress_ratios: tuple[int, ...] = field(default_factory=_flash_compress_ratios)
+    window_size: int = 128
+    head_dim: int = 512
+    index_head_dim: int = 128
+    max_position_embeddings: int = 1048576
+    name: str = "DeepSeek-V4-Flash"
+
+    def __post_init__(self):
+        object.__setattr__(self, "compress_ratios", tuple(int(r) for r in self.compress_ratios))
+        bad = [r for r in self.compress_ratios if r not in (1, 4, 128)]
+        if bad or not self.compress_ratios:
+            raise ConfigError("compress_ratios", bad or self.compress_ratios, "each ratio must be one of 1, 4, 128")
+        for name in ("window_size", "head_dim", "index_head_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, getattr(self, name), "must be >= 1")
+
+    @classmethod
+    def from_hf_config(cls, config) -> "DeepseekV4Spec":
+        cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128, "sliding_attention": 1}
+        rates.update(cfg.get("compress_rates") or {})
+        if cfg.get("layer_types"):
+            ratios = tuple(int(rates[t]) or 1 for t in cfg["layer_types"])
+        elif cfg.get("compress_ratios"):
+            ratios = tuple(int(r) or 1 for r in cfg["compress_ratios"])
+        else:
+            ratios = _flash_compress_ratios()
+        return cls(ratios, int(cfg.get("sliding_window", 128)), int(cfg.get("head_dim", 512)),
+                   int(cfg.get("index_head_dim", 128)), int(cfg.get("max_position_embeddings", 1048576)),
+                   cfg.get("_name_or_path") or "deepseek_v4")
+
+    def to_model_spec(self, max_draft_len: int) -> ModelSpec:
+        """One LayerSpec per stored role; the KV dtype comes from the cache config, compressor states are fp32."""
+        w, d = self.window_size + max_draft_len, max_draft_len
+        roles: list[LayerSpec] = []
+
+        def add(layer, role, width, *, window=None, ratio=1, fp32=False):
+            roles.append(LayerSpec(1, width, torch.float32 if fp32 else torch.bfloat16, window, compress_ratio=ratio,
+                                   role=role, model_layer=layer, fixed_dtype=fp32))
+
+        for i, r in enumerate(self.compress_ratios):
+            add(i, "SWA", self.head_dim, window=w)
+            if r == 4:
+                add(i, "COMPRESS", self.head_dim, ratio=4)
+                add(i, "INDEXER_COMPRESS", self.index_head_dim, ratio=4)
+                for role, width in (("COMPRESSOR_KV", self.head_dim), ("COMPRESSOR_SCORE", self.head_dim),
+                                    ("INDEXER_COMPRESSOR_KV", self.index_head_dim),
+                                    ("INDEXER_COMPRESSOR_SCORE", self.index_head_dim)):
+                    add(i, role, width, window=2 * 4 + d, fp32=True)
+            elif r == 128:
+                add(i, "COMPRESSOR_KV", self.head_dim, window=w, fp32=True)
+                add(i, "COMPRESSOR_SCORE", self.head_dim, window=w, fp32=True)
+                add(i, "COMPRESS", self.head_dim, ratio=128)
+        return ModelSpec(tuple(roles), name=self.name, max_position_embeddings=self.max_position_embeddings,
+                         preferred_manager="v2")
+
+
+class DeepseekV4CacheManager(KVCacheManagerV2):
+    version = "v2"
+
+    def __init__(self, spec: DeepseekV4Spec | None = None, kv_cache_config: KvCacheConfig | None = None, *,
+                 max_draft_len: int = 0, **kwargs):
+        spec = spec or DeepseekV4Spec()
+        cfg = kv_cache_config or KvCacheConfig(tokens_per_block=128)
+        if cfg.tokens_per_block not in (128, 256):
+            raise ConfigError("tokens_per_block", cfg.tokens_per_block, "DeepSeek-V4 needs 128 or 256")
+        self.v4_spec = spec
+        super().__init__(spec.to_model_spec(max_draft_len), cfg, max_draft_len=max_draft_len, **kwargs)
+
+    def _typical_seq_len(self) -> int:
+        """V4 always builds a typical step (unless a pool ratio is set): ``avg_seq_len or max_seq_len``."""
+        return self.kv_cache_config.avg_seq_len or self.max_seq_len
+
+    def _named_constraints(self) -> list[NamedConstraint]:
+        """The inherited context constraint and the longest decode beside ``B - 1`` short requests.
+
+        Only reached when ``kv_cache_config.pool_ratio is None``: the gate in ``_size_pools`` reads the same field
+        the user set, so an explicit ratio means no constraints at all.
+        """
+        s, b = self.max_seq_len, self.max_batch_size
+        short = KVCacheDesc(1 + self.max_draft_len + self.num_extra_kv_tokens, 0)
+        longest = BatchDesc([KVCacheDesc(s, s - 1)] + [short] * (b - 1))
+        return super()._named_constraints() + [NamedConstraint("longest_decode", longest)]

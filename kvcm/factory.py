@@ -1,0 +1,31 @@
+"""``create_kv_cache_manager``: pick V1, V2 or DeepSeek-V4 by version string, as engines' configs do."""
+
+from __future__ import annotations
+
+from .deepseek_v4 import DeepseekV4CacheManager, DeepseekV4Spec
+from .errors import ConfigError
+from .manager_v1 import KVCacheManagerV1
+from .manager_v2 import KVCacheManagerV2
+
+VERSIONS = ("v1", "v2", "auto")
+
+
+def resolve_version(version: str, model) -> str:
+    """``auto`` is the model's declared preference, V1 where none is declared; DeepSeek-V4 is always V2-based."""
+    if version not in VERSIONS:
+        raise ConfigError("version", version, f"one of {VERSIONS}")
+    if isinstance(model, DeepseekV4Spec):
+        if version == "v1":
+            raise ConfigError("version", version, "DeepSeek-V4's cache is V2-based; use 'v2' or 'auto'")
+        return "v2"
+    if version == "auto":
+        return getattr(model, "preferred_manager", None) or "v1"
+    return version
+
+
+def create_kv_cache_manager(version: str, model, kv_cache_config=None, **kwargs):
+    resolved = resolve_version(version, model)
+    if isinstance(model, DeepseekV4Spec):
+        return DeepseekV4CacheManager(model, kv_cache_config, **kwargs)
+    cls = KVCacheManagerV1 if resolved == "v1" else KVCacheManagerV2
+    return cls(model, kv_cache_config, **kwargs)

@@ -1,0 +1,253 @@
+"""What V1 and V2 share: layer groups, page pools, the request table, block tables and the page views.
+
+A subclass decides how many blocks each pool gets (``_size_pools``) and how a request grows; everything here
+is bookkeeping that must be identical for both so that tests can compare them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import BatchDesc, KvCacheConfig, resolve_dtype
+from .errors import ConfigError, OutOfPagesError, UnknownRequestError
+from .block_pool import BlockPool
+from .layer_groups import LayerGroup, build_layer_groups, ceil_div
+from .model_spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class DummyRequest:
+    """A warmup request made by ``add_dummy_requests``: ``token_num`` is history plus the current input."""
+
+    request_id: object
+    token_num: int
+    prompt_len: int
+    is_gen: bool
+    max_num_draft_tokens: int = 0
+    capacity: int = 0
+
+
+@dataclass
+class _Sequence:
+    capacity: int = 0
+    history: int = 0
+    blocks: list[list[int]] = field(default_factory=list)  # per group: physical id per logical block, -1 = released
+    stale_done: list[int] = field(default_factory=list)  # per group: stale blocks below this are released
+    reserved_draft: int = 0  # V1: draft slots reserved by the current generation step
+
+
+def _free_memory(device: torch.device, given: int | None) -> int | None:
+    if given is not None:
+        return int(given)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
+class BaseKVCacheManager:
+    version = "base"
+
+    def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, *, max_batch_size: int,
+                 max_seq_len: int, max_num_tokens: int | None = None, max_draft_len: int = 0,
+                 num_extra_kv_tokens: int = 0, device: str | torch.device = "meta",
+                 free_memory_bytes: int | None = None):
+        cfg = kv_cache_config or KvCacheConfig()
+        for name, value, low in (("max_batch_size", max_batch_size, 1), ("max_seq_len", max_seq_len, 1),
+                                 ("max_draft_len", max_draft_len, 0), ("num_extra_kv_tokens", num_extra_kv_tokens, 0)):
+            if not isinstance(value, int) or value < low:
+                raise ConfigError(name, value, f"must be an integer >= {low}")
+        if max_num_tokens is not None and (not isinstance(max_num_tokens, int) or max_num_tokens < 1):
+            raise ConfigError("max_num_tokens", max_num_tokens, "must be an integer >= 1 or None")
+        if free_memory_bytes is not None and free_memory_bytes < 0:
+            raise ConfigError("free_memory_bytes", free_memory_bytes, "must be >= 0")
+        self.model = model if cfg.dtype == "auto" else model.with_dtype(cfg.dtype)
+        self.kv_cache_config = cfg
+        self.tokens_per_block = cfg.tokens_per_block
+        self.max_batch_size, self.max_seq_len, self.max_num_tokens = max_batch_size, max_seq_len, max_num_tokens
+        self.max_draft_len, self.num_extra_kv_tokens = max_draft_len, num_extra_kv_tokens
+        self.device = torch.device(device)
+        self.free_memory_bytes = _free_memory(self.device, free_memory_bytes)
+        self.layer_groups: list[LayerGroup] = self._build_groups()
+        self._group_of_layer = {li: g.index for g in self.layer_groups for li in g.layers}
+        self.constraints: list[BatchDesc] = []
+        self.constraint_names: list[str] = []
+        self.typical_step: BatchDesc | None = None
+        self.budget_bytes = 0
+        blocks = self._size_pools()
+        for g, n in zip(self.layer_groups, blocks):
+            if n < 1:
+                raise ConfigError("kv_cache_config", "budget", f"leaves 0 blocks for layer group {g.index} ({g.name}); "
+                                  f"one block there takes {g.bytes_per_block} bytes, the budget is {self.budget_bytes}")
+            g.num_blocks = n
+        self.pools = [BlockPool(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
+        self._seqs: dict[object, _Sequence] = {}
+        self._views: dict[int, torch.Tensor] = {}
+
+    # ---- sizing, overridden ---------------------------------------------------------------------------------
+    def _build_groups(self) -> list[LayerGroup]:
+        return build_layer_groups(self.model, self.tokens_per_block)
+
+    def _size_pools(self) -> list[int]:
+        raise NotImplementedError
+
+    def _budget_candidates(self) -> dict[str, int]:
+        """Byte budgets from the config fields that are set (``max_tokens`` is handled by each version)."""
+        cfg, out = self.kv_cache_config, {}
+        if cfg.max_gpu_total_bytes is not None:
+            out["max_gpu_total_bytes"] = cfg.max_gpu_total_bytes
+        if cfg.free_gpu_memory_fraction is not None or (cfg.max_tokens is None and cfg.max_gpu_total_bytes is None):
+            if self.free_memory_bytes is None:
+                raise ConfigError("free_memory_bytes", None, f"is required on device {self.device.type!r} when "
+                                  "neither max_tokens nor max_gpu_total_bytes is set")
+            out["free_gpu_memory_fraction"] = int(cfg.fraction * self.free_memory_bytes)
+        return out
+
+    # ---- pools and pages ------------------------------------------------------------------------------------
+    @property
+    def pool_bytes(self) -> int:
+        return sum(p.nbytes for p in self.pools)
+
+    def group_of_layer(self, layer_idx: int) -> int:
+        return self._group_of_layer[layer_idx]
+
+    def layer_kv(self, layer_idx: int) -> torch.Tensor:
+        """The layer's pages as ``[num_blocks, kv_factor, tpb, heads, dim]`` in its dtype, a view into its pool."""
+        if layer_idx in self._views:
+            return self._views[layer_idx]
+        group = self.layer_groups[self.group_of_layer(layer_idx)]
+        pool = self.pools[group.index]
+        if pool.storage is None:
+            raise ConfigError("device", "meta", "has no pages to view; build the manager with device='cpu' or 'cuda'")
+        layer = self.model.layers[layer_idx]
+        start = group.layer_offsets[layer_idx]
+        raw = pool.storage[:, start:start + layer.bytes_per_block(self.tokens_per_block)]
+        view = raw.view(layer.dtype).view(pool.num_blocks, *layer.kv_shape(self.tokens_per_block))
+        self._views[layer_idx] = view
+        return view
+
+    def get_num_free_blocks(self) -> int:
+        """Free blocks of the most constrained full-attention group (any group when none is full)."""
+        full = [p.num_free for g, p in zip(self.layer_groups, self.pools) if g.is_full]
+        return min(full or [p.num_free for p in self.pools])
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens one full-attention group can hold in all."""
+        full = [g.num_blocks for g in self.layer_groups if g.is_full] or [g.num_blocks for g in self.layer_groups]
+        return min(full) * self.tokens_per_block
+
+    # ---- requests -------------------------------------------------------------------------------------------
+    def _seq(self, request_id) -> _Sequence:
+        try:
+            return self._seqs[request_id]
+        except KeyError:
+            raise UnknownRequestError(request_id) from None
+
+    def _new_seq(self, request_id) -> _Sequence:
+        if request_id in self._seqs:
+            raise ConfigError("request_id", request_id, "is already held by this manager")
+        seq = _Sequence(blocks=[[] for _ in self.layer_groups], stale_done=[0] * len(self.layer_groups))
+        self._seqs[request_id] = seq
+        return seq
+
+    def has_request(self, request_id) -> bool:
+        return request_id in self._seqs
+
+    @property
+    def request_ids(self) -> list:
+        return list(self._seqs)
+
+    def get_capacity(self, request_id) -> int:
+        return self._seq(request_id).capacity
+
+    def get_history(self, request_id) -> int:
+        return self._seq(request_id).history
+
+    def block_table(self, request_id) -> list[list[int]]:
+        """Per layer group, the physical block of each logical block (-1 where a stale block was released)."""
+        return [list(b) for b in self._seq(request_id).blocks]
+
+    def num_blocks_held(self, request_id) -> list[int]:
+        return [sum(1 for b in blocks if b >= 0) for blocks in self._seq(request_id).blocks]
+
+    def free_resources(self, request_id) -> None:
+        seq = self._seqs.pop(request_id, None)
+        if seq is None:
+            raise UnknownRequestError(request_id)
+        for pool, blocks in zip(self.pools, seq.blocks):
+            pool.release(blocks)
+
+    def _release_all(self, request_ids) -> None:
+        for rid in request_ids:
+            if rid in self._seqs:
+                self.free_resources(rid)
+
+    def _out_of_pages(self, request_id, needs: list[int], what: str) -> OutOfPagesError:
+        for g, (need, pool) in enumerate(zip(needs, self.pools)):
+            if need > pool.num_free:
+                return OutOfPagesError(request_id, g, need, pool.num_free, what)
+        return OutOfPagesError(request_id, 0, needs[0], self.pools[0].num_free, what)
+
+    # ---- dummy requests (warmup) ----------------------------------------------------------------------------
+    def add_dummy_requests(self, request_ids, token_nums=None, is_gen: bool = False, max_num_draft_tokens: int = 0,
+                           kv_reserve_draft_tokens: int | None = None) -> list[DummyRequest] | None:
+        """Warmup requests. ``token_nums[i]`` is history plus the current input (default ``1 + drafts``).
+
+        Any failure releases every dummy made by this call and returns None: nothing is left allocated.
+        """
+        request_ids = list(request_ids)
+        if token_nums is not None and len(token_nums) != len(request_ids):
+            raise ConfigError("token_nums", len(token_nums), f"must have one entry per request id ({len(request_ids)})")
+        if max_num_draft_tokens < 0:
+            raise ConfigError("max_num_draft_tokens", max_num_draft_tokens, "must be >= 0")
+        reserve = max_num_draft_tokens if kv_reserve_draft_tokens is None else kv_reserve_draft_tokens
+        made, out = [], []
+        for i, rid in enumerate(request_ids):
+            token_num = token_nums[i] if token_nums is not None else 1 + max_num_draft_tokens
+            if token_num < 1:
+                self._release_all(made)
+                raise ConfigError("token_nums", token_num, "each dummy needs at least 1 token")
+            self._new_seq(rid)
+            made.append(rid)
+            if not self._place_dummy(rid, token_num, is_gen, reserve):
+                self._release_all(made)
+                return None
+            prompt_len = token_num - 1 if is_gen else token_num
+            out.append(DummyRequest(rid, token_num, prompt_len, is_gen, max_num_draft_tokens, self.get_capacity(rid)))
+        return out
+
+    def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """Pools, constraints and sizes as plain data (for `kvcm plan` and reports)."""
+        tpb = self.tokens_per_block
+        return {
+            "version": self.version,
+            "tokens_per_block": tpb,
+            "budget_bytes": self.budget_bytes,
+            "pool_bytes": self.pool_bytes,
+            "max_tokens": self.max_tokens,
+            "groups": [{"index": g.index, "name": g.name, "window": g.window, "layers": len(g.layers),
+                        "num_blocks": g.num_blocks, "bytes_per_block": g.bytes_per_block,
+                        "bytes": g.num_blocks * g.bytes_per_block} for g in self.layer_groups],
+            "constraints": [{"name": n, "requests": _batch_summary(c)}
+                            for n, c in zip(self.constraint_names, self.constraints)],
+            "typical_step": None if self.typical_step is None else _batch_summary(self.typical_step),
+        }
+
+
+def _batch_summary(batch: BatchDesc) -> list[dict]:
+    """Run-length summary of a batch: [{count, capacity, history}]."""
+    out: list[dict] = []
+    for kv in batch.kv_caches:
+        if out and out[-1]["capacity"] == kv.capacity and out[-1]["history"] == kv.history_length:
+            out[-1]["count"] += 1
+        else:
+            out.append({"count": 1, "capacity": kv.capacity, "history": kv.history_length})
+    return out

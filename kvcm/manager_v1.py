@@ -1,0 +1,105 @@
+"""KVCacheManagerV1: token counting (SEMANTICS 3).
+
+A request holds a token count and ``ceil(count / tpb)`` blocks in every pool (one pool per window); all pools
+have the same number of blocks, so one V1 "block" spans every layer. V1 has no constraints, no typical step
+and never releases stale sliding-window blocks (a simplification: the window only bounds what attention reads).
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigError, OutOfPagesError
+from .layer_groups import ceil_div
+from .manager import BaseKVCacheManager
+
+
+class KVCacheManagerV1(BaseKVCacheManager):
+    version = "v1"
+
+    def _size_pools(self) -> list[int]:
+        cfg, tpb = self.kv_cache_config, self.tokens_per_block
+        bytes_per_block = sum(g.bytes_per_block for g in self.layer_groups)
+        budgets = self._budget_candidates()
+        candidates = {name: b // bytes_per_block for name, b in budgets.items()}
+        if cfg.max_tokens is not None:
+            candidates["max_tokens"] = ceil_div(cfg.max_tokens, tpb)
+        blocks = min(candidates.values())
+        if cfg.max_tokens is not None:
+            budgets["max_tokens"] = candidates["max_tokens"] * bytes_per_block
+        self.budget_bytes = min(budgets.values())
+        return [blocks] * len(self.layer_groups)
+
+    # ---- token counting -------------------------------------------------------------------------------------
+    def _set_tokens(self, request_id, tokens: int, what: str) -> None:
+        """Grow or shrink the request to ``tokens`` slots in every pool; raises with nothing changed."""
+        seq = self._seq(request_id)
+        target = ceil_div(tokens, self.tokens_per_block)
+        have = len(seq.blocks[0])
+        if target > have:
+            need = target - have
+            if any(pool.num_free < need for pool in self.pools):
+                raise self._out_of_pages(request_id, [need] * len(self.pools), what)
+            for blocks, pool in zip(seq.blocks, self.pools):
+                blocks.extend(pool.allocate(need))
+        elif target < have:
+            for blocks, pool in zip(seq.blocks, self.pools):
+                pool.release(blocks[target:])
+                del blocks[target:]
+        seq.capacity = tokens
+
+    def add_tokens(self, request_id, n: int) -> None:
+        self._set_tokens(request_id, self.get_capacity(request_id) + n, f"add {n} tokens")
+
+    def rewind(self, request_id, n: int) -> None:
+        seq = self._seq(request_id)
+        if not 0 <= n <= seq.capacity - seq.history:
+            raise ConfigError("rewind", n, f"must be in [0, {seq.capacity - seq.history}] (tokens past history)")
+        self._set_tokens(request_id, seq.capacity - n, f"rewind {n}")
+
+    # ---- engine paths ---------------------------------------------------------------------------------------
+    def begin_context_chunk(self, request_id, start: int, num_tokens: int, prompt_len: int, draft_len: int = 0):
+        """The first chunk reserves the whole context: ``prompt_len + E + draft_len`` tokens."""
+        if request_id in self._seqs:
+            return
+        self._new_seq(request_id)
+        try:
+            self._set_tokens(request_id, prompt_len + self.num_extra_kv_tokens + draft_len, "context")
+        except OutOfPagesError:
+            del self._seqs[request_id]
+            raise
+
+    def end_context_chunk(self, request_id, history: int) -> None:
+        seq = self._seq(request_id)
+        if history < seq.history or history > seq.capacity:
+            raise ConfigError("history", history, f"must be in [{seq.history}, capacity={seq.capacity}]")
+        seq.history = history
+
+    def begin_generation(self, request_id, num_draft: int = 0) -> None:
+        """Reserve ``1 + max(num_draft, K)`` tokens, K = ``max_draft_len`` (draft slots V1 always reserves)."""
+        seq = self._seq(request_id)
+        reserve = max(num_draft, self.max_draft_len)
+        self._set_tokens(request_id, seq.capacity + 1 + reserve, "generation")
+        seq.reserved_draft = reserve
+
+    def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
+        """Rewind the reserved draft slots that were not accepted; history = ``num_tokens - 1``."""
+        seq = self._seq(request_id)
+        self._set_tokens(request_id, seq.capacity - max(seq.reserved_draft - num_accepted, 0), "rewind")
+        seq.reserved_draft = 0
+        self.end_context_chunk(request_id, num_tokens - 1)
+
+    # ---- queries --------------------------------------------------------------------------------------------
+    def get_num_available_tokens(self, *, token_num_upper_bound: int, batch_size: int = 1,
+                                 max_num_draft_tokens: int = 0) -> int:
+        """``min(upper_bound, free_blocks * tpb - E - drafts)``; ``batch_size`` is accepted and ignored."""
+        free = min(pool.num_free for pool in self.pools)
+        available = free * self.tokens_per_block - self.num_extra_kv_tokens - max_num_draft_tokens
+        return max(0, min(token_num_upper_bound, available))
+
+    def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
+        tokens = token_num + self.num_extra_kv_tokens + (reserve if is_gen else 0)
+        try:
+            self._set_tokens(request_id, tokens, "dummy")
+        except OutOfPagesError:
+            return False
+        self._seq(request_id).history = token_num - 1 if is_gen else 0
+        return True

@@ -1,0 +1,180 @@
+"""KVCacheManagerV2: capacity based, one pool per layer group, constraints and a typical step (SEMANTICS 4).
+
+A request holds a capacity (slots reserved) and a history (slots whose KV is final). ``resize`` moves both;
+sliding-window groups release the blocks that fell out of the window, and growth never allocates them.
+Every operation costs time in the blocks it changes, never in the pool's size.
+"""
+
+from __future__ import annotations
+
+from .config import BatchDesc, KVCacheDesc
+from .constraints import (NamedConstraint, generic_constraints, split_quota, split_weights, tokens_quota_bytes,
+                          typical_step_batch)
+from .errors import ConfigError, OutOfPagesError
+from .layer_groups import ceil_div
+from .manager import BaseKVCacheManager
+
+
+class KVCacheManagerV2(BaseKVCacheManager):
+    version = "v2"
+
+    # ---- constraints and sizing -----------------------------------------------------------------------------
+    def _typical_seq_len(self) -> int | None:
+        """Generic V2 builds a typical step only when ``avg_seq_len`` is set."""
+        return self.kv_cache_config.avg_seq_len
+
+    def _named_constraints(self) -> list[NamedConstraint]:
+        return generic_constraints(**self._shape())
+
+    def _shape(self) -> dict:
+        return dict(max_batch_size=self.max_batch_size, max_seq_len=self.max_seq_len,
+                    max_num_tokens=self.max_num_tokens, max_draft_len=self.max_draft_len,
+                    num_extra_kv_tokens=self.num_extra_kv_tokens)
+
+    def _size_pools(self) -> list[int]:
+        cfg, tpb = self.kv_cache_config, self.tokens_per_block
+        if cfg.avg_seq_len is not None and cfg.avg_seq_len > self.max_seq_len:
+            raise ConfigError("avg_seq_len", cfg.avg_seq_len, f"must be <= max_seq_len={self.max_seq_len}")
+        if cfg.pool_ratio is None:
+            named = self._named_constraints()
+            t = self._typical_seq_len()
+            self.typical_step = None if t is None else typical_step_batch(t, **self._shape())
+        else:
+            named = []  # an explicit ratio is used as given: no floors, no typical step
+        self.constraint_names = [c.name for c in named]
+        self.constraints = [c.batch for c in named]
+        budgets = self._budget_candidates()
+        if cfg.max_tokens is not None:
+            budgets["max_tokens"] = tokens_quota_bytes(cfg.max_tokens, self.layer_groups, tpb, self.max_batch_size)
+        self.budget_bytes = min(budgets.values())
+        weights = split_weights(self.layer_groups, tpb, pool_ratio=cfg.pool_ratio, typical_step=self.typical_step)
+        return split_quota(self.budget_bytes, self.layer_groups, weights, named, tpb)
+
+    # ---- the per-request cache ------------------------------------------------------------------------------
+    def add_request(self, request_id) -> None:
+        """Hold a new request with capacity 0 and history 0."""
+        self._new_seq(request_id)
+
+    def resize(self, request_id, capacity: int | None = None, history: int | None = None) -> bool:
+        """Move capacity and/or history (None keeps the value).
+
+        Raises ``ValueError`` when history would decrease or exceed capacity. On lack of pages, returns False
+        with the previous state untouched.
+        """
+        seq = self._seq(request_id)
+        cap = seq.capacity if capacity is None else capacity
+        hist = seq.history if history is None else history
+        if hist < seq.history:
+            raise ConfigError("history", hist, f"must not decrease below {seq.history}")
+        if hist > cap:
+            raise ConfigError("history", hist, f"must be <= capacity={cap}")
+        tpb = self.tokens_per_block
+        target = ceil_div(cap, tpb)
+        plans = []
+        for g, (group, pool, blocks) in enumerate(zip(self.layer_groups, self.pools, seq.blocks)):
+            lo, hi = group.stale_range(hist, tpb)
+            release = [b for b in blocks[target:] if b >= 0]
+            stale = range(max(lo, seq.stale_done[g]), min(hi, target, len(blocks)))
+            release += [blocks[i] for i in stale if blocks[i] >= 0]
+            grow = [i for i in range(len(blocks), target) if not lo <= i < hi]
+            if len(grow) > pool.num_free + len(release):
+                return False
+            plans.append((lo, hi, stale, release, grow))
+        for g, (pool, blocks, (lo, hi, stale, release, grow)) in enumerate(zip(self.pools, seq.blocks, plans)):
+            pool.release(release)
+            for i in stale:
+                blocks[i] = -1
+            del blocks[target:]
+            fresh = iter(pool.allocate(len(grow)))
+            blocks.extend(-1 if lo <= i < hi else next(fresh) for i in range(len(blocks), target))
+            seq.stale_done[g] = max(seq.stale_done[g], min(hi, target))
+        seq.capacity, seq.history = cap, hist
+        return True
+
+    def _resize_or_raise(self, request_id, capacity: int | None, history: int | None, what: str) -> None:
+        if not self.resize(request_id, capacity, history):
+            seq, tpb = self._seq(request_id), self.tokens_per_block
+            cap = seq.capacity if capacity is None else capacity
+            needs = [max(0, group.blocks_needed(cap, seq.history if history is None else history, tpb)
+                         - sum(1 for b in blocks if b >= 0))
+                     for group, blocks in zip(self.layer_groups, seq.blocks)]
+            raise self._out_of_pages(request_id, needs, what)
+
+    # ---- engine paths (SEMANTICS 4.1) -----------------------------------------------------------------------
+    def begin_context_chunk(self, request_id, start: int, num_tokens: int, prompt_len: int, draft_len: int = 0):
+        """A chunk of n tokens at position p: ``resize(max(capacity, p + n + E))``."""
+        created = request_id not in self._seqs
+        if created:
+            self._new_seq(request_id)
+        seq = self._seq(request_id)
+        try:
+            self._resize_or_raise(request_id, max(seq.capacity, start + num_tokens + self.num_extra_kv_tokens), None,
+                                  "context chunk")
+        except OutOfPagesError:
+            if created:
+                del self._seqs[request_id]
+            raise
+
+    def end_context_chunk(self, request_id, history: int) -> None:
+        """After the chunk's forward: its KV is final, so ``history = p + n`` (stale blocks go now, not before)."""
+        self.resize(request_id, history=history)
+
+    def begin_generation(self, request_id, num_draft: int = 0) -> None:
+        """A generation step with d draft slots: ``resize(capacity + 1 + d)``."""
+        self._resize_or_raise(request_id, self.get_capacity(request_id) + 1 + num_draft, None, "generation")
+
+    def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
+        """``resize(capacity - max(d - a, 0), history = num_tokens - 1)``."""
+        cap = self.get_capacity(request_id) - max(num_draft - num_accepted, 0)
+        self.resize(request_id, cap, num_tokens - 1)
+
+    # ---- queries --------------------------------------------------------------------------------------------
+    def get_num_available_tokens(self, *, token_num_upper_bound: int, batch_size: int = 1,
+                                 max_num_draft_tokens: int = 0) -> int:
+        """``clamp(batch_size, upper_bound + extra) - extra`` with ``extra = E + drafts`` (SEMANTICS 4.2).
+
+        The answer is the bound itself or a multiple of tpb less ``extra``: exactly a page boundary.
+        """
+        tpb, extra = self.tokens_per_block, self.num_extra_kv_tokens + max_num_draft_tokens
+        result = self._clamp(batch_size, token_num_upper_bound + extra, extra) - extra
+        if self.kv_cache_config.max_tokens is not None:
+            result = min(result, self.kv_cache_config.max_tokens - extra)
+        return max(0, result)
+
+    def _clamp(self, batch_size: int, upper: int, extra: int) -> int:
+        """Largest capacity one more request can take after ``batch_size - 1`` one-token requests."""
+        tpb = self.tokens_per_block
+        avail = [pool.num_free - (batch_size - 1) for pool in self.pools]
+        if any(a < 1 for a in avail):
+            return 0
+
+        def fits(capacity: int) -> bool:
+            history = max(0, capacity - extra - 1)
+            return all(g.blocks_needed(capacity, history, tpb) <= a for g, a in zip(self.layer_groups, avail))
+
+        if fits(upper):
+            return upper
+        lo, hi = 0, ceil_div(upper, tpb) - 1  # largest b with fits(b * tpb): O(log blocks)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid * tpb):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo * tpb
+
+    def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
+        """Generation: ``resize(token_num + E, history=token_num - 1)`` then ``+ K``: capacity ``token_num + E + K``."""
+        e = self.num_extra_kv_tokens
+        if not is_gen:
+            return self.resize(request_id, token_num + e, 0)
+        if not self.resize(request_id, token_num + e, token_num - 1):
+            return False
+        return self.resize(request_id, self.get_capacity(request_id) + reserve, token_num - 1)
+
+    def kv_cache_desc(self, request_id) -> KVCacheDesc:
+        seq = self._seq(request_id)
+        return KVCacheDesc(seq.capacity, seq.history)
+
+    def current_batch(self) -> BatchDesc:
+        return BatchDesc([self.kv_cache_desc(r) for r in self._seqs])

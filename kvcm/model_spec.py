@@ -1,0 +1,176 @@
+"""What a manager serves: the attention layers of a model and the bytes their KV takes per token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .config import dtype_bytes, resolve_dtype
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One attention layer's KV: heads x head_dim per token, or one MLA latent of ``kv_lora_rank + rope`` width.
+
+    ``entries_per_token`` < 1 models compressed roles that keep one entry per ``1 / entries_per_token`` tokens.
+    ``role`` names what the layer stores (plain ``KV`` for ordinary models, DeepSeek-V4 role names otherwise).
+    """
+
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype = torch.bfloat16
+    sliding_window: int | None = None
+    sink_tokens: int = 0
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    compress_ratio: int = 1
+    role: str = "KV"
+    model_layer: int | None = None
+    fixed_dtype: bool = False  # keeps its dtype when the cache config sets one (V4's fp32 compressor states)
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", resolve_dtype(self.dtype, "LayerSpec.dtype"))
+        if self.num_kv_heads < 1:
+            raise ConfigError("num_kv_heads", self.num_kv_heads, "must be >= 1")
+        if self.head_dim < 1:
+            raise ConfigError("head_dim", self.head_dim, "must be >= 1")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ConfigError("sliding_window", self.sliding_window, "must be >= 1 or None")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def kv_factor(self) -> int:
+        """2 for separate K and V; 1 for one latent (MLA) or a single-tensor role."""
+        return 1 if self.is_mla or self.role != "KV" else 2
+
+    @property
+    def entry_width(self) -> int:
+        if self.is_mla:
+            return self.kv_lora_rank + (self.qk_rope_head_dim or 0)
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def bytes_per_entry(self) -> int:
+        return self.kv_factor * self.entry_width * dtype_bytes(self.dtype)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """SEMANTICS 2: ``kv_factor * num_kv_heads * head_dim * dtype_bytes`` (MLA: latent width, factor 1)."""
+        if self.compress_ratio != 1:
+            raise ConfigError("compress_ratio", self.compress_ratio, "has no per-token size; use bytes_per_block")
+        return self.bytes_per_entry
+
+    def bytes_per_block(self, tokens_per_block: int) -> int:
+        return self.bytes_per_entry * (tokens_per_block // self.compress_ratio)
+
+    def kv_shape(self, tokens_per_block: int) -> tuple[int, ...]:
+        """Shape of one block of this layer, as the engine indexes it: [kv_factor, slots, heads, dim]."""
+        heads, dim = (1, self.entry_width) if self.is_mla else (self.num_kv_heads, self.head_dim)
+        return (self.kv_factor, tokens_per_block // self.compress_ratio, heads, dim)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The attention layers of a model, in layer order.
+
+    ``preferred_manager`` is the model's declared manager version for ``create_kv_cache_manager('auto', ...)``.
+    """
+
+    layers: tuple[LayerSpec, ...]
+    name: str = "model"
+    max_position_embeddings: int | None = None
+    preferred_manager: str | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "layers", tuple(self.layers))
+        if not self.layers:
+            raise ConfigError("layers", 0, "a model needs at least one attention layer")
+        if self.preferred_manager not in (None, "v1", "v2"):
+            raise ConfigError("preferred_manager", self.preferred_manager, "one of None, 'v1', 'v2'")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def bytes_per_token(self) -> int:
+        return sum(layer.bytes_per_token for layer in self.layers)
+
+    def with_dtype(self, dtype) -> "ModelSpec":
+        """The same layers with every KV stored in ``dtype`` (the cache config's dtype)."""
+        dtype = resolve_dtype(dtype)
+        return replace(self, layers=tuple(layer if layer.fixed_dtype else replace(layer, dtype=dtype)
+                                          for layer in self.layers))
+
+    @classmethod
+    def uniform(cls, num_layers: int, num_kv_heads: int, head_dim: int, dtype="bfloat16", sliding_window=None,
+                name: str = "uniform") -> "ModelSpec":
+        if num_layers < 1:
+            raise ConfigError("num_layers", num_layers, "must be >= 1")
+        layer = LayerSpec(num_kv_heads, head_dim, dtype, sliding_window)
+        return cls(tuple(replace(layer, model_layer=i) for i in range(num_layers)), name=name)
+
+    @classmethod
+    def from_hf_config(cls, config) -> "ModelSpec":
+        """Read a transformers config object or a ``config.json`` dict.
+
+        Handles Llama, Qwen2/3 (``use_sliding_window`` / ``max_window_layers``), Mistral (``sliding_window``),
+        Gemma-style per-layer ``layer_types`` / ``sliding_window_pattern`` and DeepSeek MLA (``kv_lora_rank``).
+        """
+        cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        if "text_config" in cfg and "num_hidden_layers" not in cfg:
+            cfg = dict(cfg["text_config"])
+        model_type = cfg.get("model_type", "")
+        if model_type == "deepseek_v4":
+            raise ConfigError("model_type", model_type, "use kvcm.DeepseekV4Spec.from_hf_config for DeepSeek-V4")
+        for key in ("num_hidden_layers", "num_attention_heads"):
+            if cfg.get(key) is None:
+                raise ConfigError(key, None, "is required in the model config")
+        n = int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = cfg.get("head_dim") or int(cfg["hidden_size"]) // heads
+        dtype = cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
+        dtype = "bfloat16" if str(dtype).removeprefix("torch.") not in (
+            "float16", "float32", "bfloat16") else str(dtype).removeprefix("torch.")
+        windows = _sliding_layers(cfg, n)
+        mla = cfg.get("kv_lora_rank")
+        layers = []
+        for i in range(n):
+            if mla:
+                layers.append(LayerSpec(1, int(mla) + int(cfg.get("qk_rope_head_dim") or 0), dtype,
+                                        kv_lora_rank=int(mla), qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
+                                        model_layer=i))
+            else:
+                layers.append(LayerSpec(kv_heads, int(head_dim), dtype, windows[i], model_layer=i))
+        return cls(tuple(layers), name=cfg.get("_name_or_path") or cfg.get("name") or model_type or "model",
+                   max_position_embeddings=cfg.get("max_position_embeddings"),
+                   preferred_manager=cfg.get("kv_cache_manager_version"))
+
+
+def _sliding_layers(cfg: dict, n: int) -> list[int | None]:
+    """Per layer the sliding window, or None for full attention."""
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if types:
+        if len(types) != n:
+            raise ConfigError("layer_types", len(types), f"must list num_hidden_layers={n} entries")
+        return [window if t == "sliding_attention" and window else None for t in types]
+    if not window:
+        return [None] * n
+    if "use_sliding_window" in cfg:  # Qwen2 / Qwen3: off unless asked; layers past max_window_layers slide
+        if not cfg["use_sliding_window"]:
+            return [None] * n
+        start = int(cfg.get("max_window_layers") or 0)
+        return [window if i >= start else None for i in range(n)]
+    pattern = cfg.get("sliding_window_pattern")
+    if pattern:  # Gemma 3: every pattern-th layer is global
+        return [None if (i + 1) % int(pattern) == 0 else window for i in range(n)]
+    if cfg.get("model_type") == "gemma2":  # Gemma 2: even layers slide
+        return [window if i % 2 == 0 else None for i in range(n)]
+    return [window] * n

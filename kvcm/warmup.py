@@ -1,0 +1,116 @@
+"""CUDA-graph warmup planning on a manager alone (SEMANTICS 7).
+
+For every planned (batch size, draft length) shape, make the dummies a graph capture would run on: ``bs - 1``
+short generation dummies, then one long one sized by the manager's own ``get_num_available_tokens``. A shape
+whose dummies do not fit is *skipped*, and a skipped shape is a batch size that later runs uncaptured: this is
+how the historic one-token-too-large generation dummy showed up. The report's goal is zero skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .layer_groups import ceil_div
+
+
+@dataclass(frozen=True, order=True)
+class WarmupShape:
+    batch_size: int
+    draft_len: int
+
+    def __str__(self):
+        return f"(bs={self.batch_size}, draft={self.draft_len})"
+
+
+@dataclass
+class WarmupReport:
+    cache: str = "final"
+    planned: list[WarmupShape] = field(default_factory=list)
+    captured: list[WarmupShape] = field(default_factory=list)
+    skipped: list[tuple[WarmupShape, str]] = field(default_factory=list)
+    long_token_nums: dict[WarmupShape, int] = field(default_factory=dict)
+
+    @property
+    def fitted(self) -> list[WarmupShape]:
+        return self.captured
+
+    @property
+    def ok(self) -> bool:
+        return not self.skipped
+
+    def as_dict(self) -> dict:
+        return {"cache": self.cache, "planned": len(self.planned), "captured": len(self.captured),
+                "skipped": [{"batch_size": s.batch_size, "draft_len": s.draft_len, "reason": r}
+                            for s, r in self.skipped]}
+
+    def __str__(self):
+        lines = [f"warmup on {self.cache} cache: {len(self.planned)} planned, {len(self.captured)} captured, "
+                 f"{len(self.skipped)} skipped"]
+        lines += [f"  skipped {shape}: {reason}" for shape, reason in self.skipped]
+        return "\n".join(lines)
+
+
+def cuda_graph_batch_sizes(max_batch_size: int, *, max_num_tokens: int | None = None, max_draft_len: int = 0,
+                           batch_sizes=None) -> list[int]:
+    """Given sizes, or 1, 2, 4, ... padded up to B; sizes above ``min(B, N // (1 + D))`` are dropped when N is set."""
+    if batch_sizes is None:
+        sizes, bs = [], 1
+        while bs < max_batch_size:
+            sizes.append(bs)
+            bs *= 2
+        sizes.append(max_batch_size)
+    else:
+        sizes = sorted(set(int(b) for b in batch_sizes))
+    limit = max_batch_size if max_num_tokens is None else min(max_batch_size, max_num_tokens // (1 + max_draft_len))
+    return [b for b in sizes if 1 <= b <= limit]
+
+
+def warmup_shapes(manager, *, batch_sizes=None, draft_lens=None, two_model: bool = False) -> list[WarmupShape]:
+    """Shapes largest first; draft length D (and 0 too for two-model speculation)."""
+    d = manager.max_draft_len
+    drafts = sorted(set(draft_lens if draft_lens is not None else ([d, 0] if two_model and d else [d])), reverse=True)
+    sizes = cuda_graph_batch_sizes(manager.max_batch_size, max_num_tokens=manager.max_num_tokens,
+                                   max_draft_len=max(drafts), batch_sizes=batch_sizes)
+    return [WarmupShape(bs, dl) for bs in sorted(sizes, reverse=True) for dl in drafts]
+
+
+def plan_warmup(manager, *, batch_sizes=None, draft_lens=None, two_model: bool = False,
+                kv_reserve_draft_tokens: int | None = None, cache: str = "final",
+                on_fit: Callable | None = None) -> WarmupReport:
+    """Make, optionally use (``on_fit(shape, dummies)``, e.g. a graph capture) and release each shape's dummies."""
+    report = WarmupReport(cache=cache)
+    s, e, tpb = manager.max_seq_len, manager.num_extra_kv_tokens, manager.tokens_per_block
+    for shape in warmup_shapes(manager, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model):
+        report.planned.append(shape)
+        bs, dl = shape.batch_size, shape.draft_len
+        k = dl if kv_reserve_draft_tokens is None else kv_reserve_draft_tokens
+        ids = [("warmup", cache, bs, dl, i) for i in range(bs)]
+        free_before = manager.get_num_free_blocks()
+        shorts = manager.add_dummy_requests(ids[:-1], is_gen=True, max_num_draft_tokens=dl,
+                                            kv_reserve_draft_tokens=k) if bs > 1 else []
+        if shorts is None:
+            report.skipped.append((shape, f"{bs - 1} short dummies of {1 + dl + e + k} tokens do not fit in "
+                                          f"{free_before} free blocks"))
+            continue
+        available = manager.get_num_available_tokens(token_num_upper_bound=s, batch_size=bs, max_num_draft_tokens=k)
+        token_num = max(1, min(available, s - 1 - e - k))
+        free_now = manager.get_num_free_blocks()
+        longest = manager.add_dummy_requests(ids[-1:], token_nums=[token_num], is_gen=True, max_num_draft_tokens=dl,
+                                             kv_reserve_draft_tokens=k)
+        try:
+            if longest is None:
+                capacity = token_num + e + k
+                report.skipped.append((shape, f"long dummy token_num={token_num} (capacity {capacity}, "
+                                              f"{ceil_div(capacity, tpb)} blocks of {tpb}) does not fit in {free_now} "
+                                              f"free blocks; get_num_available_tokens returned {available}"))
+                continue
+            report.long_token_nums[shape] = token_num
+            if on_fit is not None:
+                on_fit(shape, shorts + longest)
+            report.captured.append(shape)
+        finally:
+            for rid in ids:
+                if manager.has_request(rid):
+                    manager.free_resources(rid)
+    return report
