@@ -1,1 +1,107 @@
-"""(filled in below)"""
+"""``--kvcm-version``: run every manager test once per KV cache manager version.
+
+A test that asks for the ``kvcm_version`` fixture (directly or through ``kvcm_manager_factory``) is
+parametrized with ids ``[v1]`` / ``[v2]`` under ``both``. ``@pytest.mark.kvcm_versions("v2")`` narrows a test;
+when the run excludes every version a test allows, the test is deselected (with the reason in the summary),
+not failed. ``auto`` runs each test once with the version the model declares (V1 where none is declared).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+CHOICES = ("v1", "v2", "both", "auto")
+_EXCLUDED = "excluded"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kvcm")
+    group.addoption("--kvcm-version", choices=CHOICES, default=None,
+                    help="KV cache manager version(s) to run manager tests with: v1, v2, both or auto "
+                         "(ini: kvcm_version; default auto)")
+    parser.addini("kvcm_version", "default for --kvcm-version", default="auto")
+
+
+def selected_versions(config) -> list[str]:
+    choice = config.getoption("kvcm_version") or config.getini("kvcm_version") or "auto"
+    if choice not in CHOICES:
+        raise pytest.UsageError(f"kvcm_version={choice!r} is invalid: choose one of {', '.join(CHOICES)}")
+    return ["v1", "v2"] if choice == "both" else [choice]
+
+
+def _allowed(metafunc_or_item) -> list[str] | None:
+    marker = metafunc_or_item.get_closest_marker("kvcm_versions") if hasattr(
+        metafunc_or_item, "get_closest_marker") else metafunc_or_item.definition.get_closest_marker("kvcm_versions")
+    return None if marker is None else list(marker.args)
+
+
+def pytest_generate_tests(metafunc):
+    if "kvcm_version" not in metafunc.fixturenames:
+        return
+    run = selected_versions(metafunc.config)
+    allowed = _allowed(metafunc)
+    if allowed is None:
+        versions = run
+    elif run == ["auto"]:
+        versions = allowed
+    else:
+        versions = [v for v in run if v in allowed]
+    if not versions:
+        metafunc.parametrize("kvcm_version", [_EXCLUDED], ids=[_EXCLUDED], indirect=True)
+        return
+    metafunc.parametrize("kvcm_version", versions, ids=versions, indirect=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        if spec is not None and spec.params.get("kvcm_version") == _EXCLUDED:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        run = ", ".join(selected_versions(config))
+        config._kvcm_version_deselected = [(i.nodeid, _allowed(i)) for i in drop]
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+        config._kvcm_version_reason = f"{len(drop)} test(s) need a kvcm version this run ({run}) excludes"
+
+
+def pytest_report_header(config):
+    return f"kvcm versions: {', '.join(selected_versions(config))}"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    reason = getattr(config, "_kvcm_version_reason", None)
+    if reason:
+        terminalreporter.write_line(f"kvcm: deselected {reason}:")
+        for nodeid, allowed in config._kvcm_version_deselected:
+            terminalreporter.write_line(f"  {nodeid} (kvcm_versions{tuple(allowed)})")
+
+
+@pytest.fixture
+def kvcm_version(request) -> str:
+    """The manager version this test instance runs with: 'v1', 'v2' or 'auto'."""
+    return getattr(request, "param", None) or selected_versions(request.config)[0]
+
+
+class ManagerFactory:
+    """Builds managers of the test's version and frees what tests forget, so one test's leak cannot hide."""
+
+    def __init__(self, version: str):
+        self.version = version
+        self.managers = []
+
+    def __call__(self, model, kv_cache_config=None, **kwargs):
+        import kvcm
+
+        manager = kvcm.create_kv_cache_manager(self.version, model, kv_cache_config, **kwargs)
+        self.managers.append(manager)
+        return manager
+
+
+@pytest.fixture
+def kvcm_manager_factory(kvcm_version) -> ManagerFactory:
+    """``kvcm_manager_factory(model_spec, kv_cache_config, max_batch_size=..., max_seq_len=..., ...)``."""
+    return ManagerFactory(kvcm_version)

@@ -1,0 +1,75 @@
+"""A request as the engine sees it: token ids, how many of them have final KV, and why it stopped.
+
+``num_computed`` mirrors the manager's *history*. A sequence is *prefilling* while ``num_computed`` is below
+``prefill_len`` (the tokens known when it was admitted: the prompt, plus the tokens it had generated before a
+preemption, since recompute prefills them again); after that each step decodes its last token.
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Greedy decoding limits. ``ignore_eos`` keeps going past the tokenizer's / model's EOS id."""
+    max_new_tokens: int = 32
+    stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Sequence:
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    request_id: int = field(default_factory=lambda: next(_ids))
+    index: int = 0                      # position in the generate() call's prompt list
+    output_token_ids: list[int] = field(default_factory=list)
+    logits_margins: list[float] = field(default_factory=list)
+    status: Status = Status.WAITING
+    num_computed: int = 0               # tokens whose KV is in the cache (the manager's history)
+    prefill_len: int = 0                # tokens to prefill since the last admission
+    finish_reason: str | None = None    # "eos", "stop_token", "stop_string", "length", "max_seq_len"
+    stop_string: str | None = None
+    num_preemptions: int = 0
+
+    def __post_init__(self):
+        self.prefill_len = len(self.prompt_token_ids)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.num_computed < self.prefill_len
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    def reset_for_recompute(self) -> None:
+        """Preemption by recompute: the KV is gone; every known token is prefilled again on readmission."""
+        self.num_computed = 0
+        self.prefill_len = self.num_tokens
+        self.status = Status.WAITING
+        self.num_preemptions += 1

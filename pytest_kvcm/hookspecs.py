@@ -1,0 +1,9 @@
+"""Hooks other plugins (and users' conftest.py files) implement."""
+
+import pytest
+
+
+@pytest.hookspec
+def pytest_kvcm_register_defects(registry):
+    """Add historic defects to ``registry`` (a ``pytest_kvcm.regressions.DefectRegistry``) with
+    ``registry.register(name, story, patch)``; ``patch(monkeypatch)`` puts the defect back for one run."""
