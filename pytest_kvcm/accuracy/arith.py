@@ -1,6 +1,7 @@
 """Seeded arithmetic word problems in the GSM8K format, so the gate runs anywhere without GSM8K's text.
 
-Each problem is two or three steps of grade-school arithmetic with GSM8K's answer layout: one line per step
+Half the problems are one step (small models must be able to score above zero, or the gate could not
+fall), half are two or three steps of grade-school arithmetic, with GSM8K's answer layout: one line per step
 with a calculator annotation ``<<a*b=c>>`` and a final ``#### <number>`` line. The committed files under
 ``data/`` are exactly what ``python -m pytest_kvcm.accuracy.arith`` writes (a test regenerates and compares),
 so nobody has to trust a hand-edited answer.
@@ -111,7 +112,37 @@ def _marbles(r: random.Random) -> tuple[str, list[str], int]:
                f"Together they have {a} + {b} = <<{a}+{b}={a + b}>>{a + b} marbles."], a + b
 
 
-TEMPLATES = (_apples, _change, _pages, _cookies, _train, _farm, _salary, _marbles)
+def _more(r: random.Random) -> tuple[str, list[str], int]:
+    name, she, her = r.choice(_NAMES)
+    thing = r.choice(["stickers", "pencils", "shells", "stamps", "coins"])
+    a, b = r.randint(2, 15), r.randint(2, 15)
+    q = f"{name} has {a} {thing}. {her.capitalize()} friend gives {her} {b} more {thing}. How many {thing} does {name} have now?"
+    return q, [f"{name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {thing} now."], a + b
+
+
+def _fewer(r: random.Random) -> tuple[str, list[str], int]:
+    name, she, her = r.choice(_NAMES)
+    a = r.randint(8, 30)
+    b = r.randint(1, a - 2)
+    q = f"There are {a} birds on a tree. {b} of them fly away. How many birds are left on the tree?"
+    return q, [f"{a} - {b} = <<{a}-{b}={a - b}>>{a - b} birds are left."], a - b
+
+
+def _boxes(r: random.Random) -> tuple[str, list[str], int]:
+    a, b = r.randint(2, 9), r.randint(2, 9)
+    q = f"A box holds {b} eggs. How many eggs are in {a} boxes?"
+    return q, [f"{a} boxes hold {a} * {b} = <<{a}*{b}={a * b}>>{a * b} eggs."], a * b
+
+
+def _legs(r: random.Random) -> tuple[str, list[str], int]:
+    a = r.randint(2, 12)
+    q = f"A dog has 4 legs. How many legs do {a} dogs have?"
+    return q, [f"{a} dogs have {a} * 4 = <<{a}*4={a * 4}>>{a * 4} legs."], a * 4
+
+
+EASY = (_more, _fewer, _boxes, _legs)
+HARD = (_apples, _change, _pages, _cookies, _train, _farm, _salary, _marbles)
+TEMPLATES = tuple(t for pair in zip(EASY + EASY, HARD) for t in pair)  # one-step and multi-step, alternating
 
 
 def generate(n: int, seed: int) -> list[dict[str, str]]:
