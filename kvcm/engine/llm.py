@@ -1,0 +1,122 @@
+"""``LLM``: the reference engine's front door (scheduler -> manager -> model runner -> attention -> sampler).
+
+It runs a Hugging Face causal LM with its KV cache in a kvcm manager's page pools. Greedy only: it exists to
+prove that a cache manager's capacity decisions give exactly the tokens an uncached model gives.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from . import sampler
+from .runner import ModelRunner
+from .scheduler import Scheduler
+from .sequence import SamplingParams, Sequence
+from .trace import Tracer
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+@dataclass
+class RequestOutput:
+    index: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str | None = None
+    finish_reason: str | None = None
+    logits_margins: list[float] = field(default_factory=list)
+    num_preemptions: int = 0
+
+
+def _eos_ids(model, tokenizer) -> tuple[int, ...]:
+    ids = []
+    for src in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)
+                if getattr(model, "generation_config", None) is not None else None):
+        if src is None:
+            continue
+        ids.extend(src if isinstance(src, (list, tuple)) else [src])
+    return tuple(dict.fromkeys(int(i) for i in ids))
+
+
+def default_kv_cache_config(model, *, max_batch_size: int, max_seq_len: int, device):
+    """Model dtype; on CPU enough tokens for a full batch of full-length requests (capped at 2**17), on CUDA
+    half the free memory (the manager reads it)."""
+    import kvcm
+    dtype = _DTYPE_NAMES.get(next(model.parameters()).dtype, "bfloat16")
+    if torch.device(device).type == "cuda":
+        return kvcm.KvCacheConfig(free_gpu_memory_fraction=0.5, dtype=dtype)
+    return kvcm.KvCacheConfig(max_tokens=min(max_batch_size * max_seq_len, 1 << 17), dtype=dtype)
+
+
+class LLM:
+    def __init__(self, model, tokenizer=None, *, manager_version: str = "v2", kv_cache_config=None,
+                 max_batch_size: int = 64, max_seq_len: int = 2048, max_num_tokens: int | None = None,
+                 device="cpu", trace: bool = False, manager=None, cuda_graph: bool = False,
+                 cuda_graph_batch_sizes: list[int] | None = None):
+        import kvcm
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.max_batch_size, self.max_seq_len, self.max_num_tokens = max_batch_size, max_seq_len, max_num_tokens
+        if kv_cache_config is None:
+            kv_cache_config = default_kv_cache_config(model, max_batch_size=max_batch_size,
+                                                      max_seq_len=max_seq_len, device=device)
+        self.kv_cache_config = kv_cache_config
+        self.manager_version = manager_version
+        self.model_spec = kvcm.ModelSpec.from_hf_config(model.config)
+        self.manager = manager if manager is not None else self._new_manager()
+        self.tracer = Tracer() if trace else None
+        self.runner = ModelRunner(self.model, self.manager, self.device, self.tracer)
+        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.graphs = None
+        self.warmup_reports = []
+        if cuda_graph:
+            from .cuda_graph import setup_cuda_graphs
+            self.graphs = setup_cuda_graphs(self, batch_sizes=cuda_graph_batch_sizes)
+
+    def _new_manager(self):
+        import kvcm
+        return kvcm.create_kv_cache_manager(
+            self.manager_version, self.model_spec, self.kv_cache_config, max_batch_size=self.max_batch_size,
+            max_seq_len=self.max_seq_len, max_num_tokens=self.max_num_tokens, device=self.device)
+
+    @property
+    def trace(self):
+        return self.tracer.records if self.tracer is not None else None
+
+    def _step(self, scheduler: Scheduler):
+        seqs, items = scheduler.schedule()
+        if self.graphs is not None and all(it.decode for it in items) and self.graphs.can_run(items):
+            logits = self.graphs.run(items)
+        else:
+            logits = self.runner.run(items)
+        tokens, margins = sampler.greedy(logits)
+        return scheduler.postprocess(seqs, items, tokens, margins)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[RequestOutput]:
+        """Greedy generation for token-id prompts; outputs in prompt order (output ids include the stop token)."""
+        params = params or SamplingParams()
+        scheduler = Scheduler(self.manager, max_batch_size=self.max_batch_size, max_seq_len=self.max_seq_len,
+                              max_num_tokens=self.max_num_tokens, eos_token_ids=self.eos_token_ids,
+                              tokenizer=self.tokenizer)
+        seqs = []
+        for i, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError(f"prompt {i} is empty")
+            seq = Sequence(list(prompt), params, index=i)
+            scheduler.add(seq)
+            seqs.append(seq)
+        self.last_scheduler = scheduler
+        while scheduler.has_work:
+            self._step(scheduler)
+        return [self._output(s) for s in seqs]
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        text = None
+        if self.tokenizer is not None:
+            text = self.tokenizer.decode(seq.output_token_ids, skip_special_tokens=True)
+            if seq.stop_string is not None and seq.stop_string in text:
+                text = text[:text.index(seq.stop_string)]
+        return RequestOutput(seq.index, seq.prompt_token_ids, seq.output_token_ids, text, seq.finish_reason,
+                             seq.logits_margins, seq.num_preemptions)
