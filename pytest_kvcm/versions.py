@@ -62,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
             keep.append(item)
     if drop:
         run = ", ".join(selected_versions(config))
-        config._kvcm_version_deselected = [(i.nodeid, _allowed(i)) for i in drop]
+        config._kvcm_version_deselected = [(i.nodeid.removesuffix(f"[{_EXCLUDED}]"), _allowed(i)) for i in drop]
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
         config._kvcm_version_reason = f"{len(drop)} test(s) need a kvcm version this run ({run}) excludes"
@@ -77,7 +77,7 @@ def pytest_terminal_summary(terminalreporter, config):
     if reason:
         terminalreporter.write_line(f"kvcm: deselected {reason}:")
         for nodeid, allowed in config._kvcm_version_deselected:
-            terminalreporter.write_line(f"  {nodeid} (kvcm_versions{tuple(allowed)})")
+            terminalreporter.write_line(f"  {nodeid} runs only on {', '.join(allowed)}")
 
 
 @pytest.fixture

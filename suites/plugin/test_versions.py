@@ -1,0 +1,80 @@
+"""--kvcm-version parametrization, narrowing and deselection, seen from a user's project (pytester)."""
+
+import pytest
+
+pytestmark = pytest.mark.cpu_only
+
+TESTS = """
+import pytest
+
+def test_any(kvcm_version):
+    assert kvcm_version in ("v1", "v2", "auto")
+
+def test_factory(kvcm_manager_factory):
+    import kvcm
+    m = kvcm_manager_factory(kvcm.ModelSpec.uniform(2, 2, 8), kvcm.KvCacheConfig(max_tokens=64),
+                             max_batch_size=2, max_seq_len=64)
+    assert m.version == (kvcm_manager_factory.version if kvcm_manager_factory.version != "auto" else "v1")
+
+@pytest.mark.kvcm_versions("v2")
+def test_v2_only(kvcm_version):
+    assert kvcm_version == "v2"
+
+def test_plain():
+    pass
+"""
+
+
+def collected(pytester, *args):
+    pytester.makepyfile(test_user=TESTS)
+    result = pytester.runpytest_inprocess("--collect-only", "-q", *args)
+    return [line for line in result.outlines if "::" in line], result
+
+
+def test_both_gives_v1_and_v2_ids(pytester):
+    ids, _ = collected(pytester, "--kvcm-version=both")
+    assert "test_user.py::test_any[v1]" in ids and "test_user.py::test_any[v2]" in ids
+    assert "test_user.py::test_factory[v1]" in ids and "test_user.py::test_factory[v2]" in ids
+    assert "test_user.py::test_v2_only[v2]" in ids and "test_user.py::test_v2_only[v1]" not in ids
+    assert "test_user.py::test_plain" in ids
+
+
+def test_v2_only_gives_v2_ids(pytester):
+    ids, _ = collected(pytester, "--kvcm-version=v2")
+    assert all("[v1]" not in i for i in ids)
+    assert "test_user.py::test_any[v2]" in ids
+
+
+def test_excluded_version_is_deselected_with_reason(pytester):
+    pytester.makepyfile(test_user=TESTS)
+    result = pytester.runpytest_inprocess("--kvcm-version=v1", "-rA")
+    result.assert_outcomes(passed=3, deselected=1)
+    result.stdout.fnmatch_lines(["*deselected 1 test(s) need a kvcm version this run (v1) excludes*",
+                                 "*test_user.py::test_v2_only runs only on v2"])
+
+
+def test_ini_default_and_k_selection(pytester):
+    pytester.makeini("[pytest]\nkvcm_version = both\n")
+    pytester.makepyfile(test_user=TESTS)
+    result = pytester.runpytest_inprocess("-k", "v2")
+    result.assert_outcomes(passed=3)
+
+
+def test_auto_runs_once(pytester):
+    ids, result = collected(pytester)
+    assert "test_user.py::test_any[auto]" in ids
+    result.stdout.fnmatch_lines(["*kvcm versions: auto*"]) if "--co" in result.outlines else None
+
+
+def test_bad_version_is_a_usage_error(pytester):
+    pytester.makepyfile(test_user=TESTS)
+    result = pytester.runpytest_inprocess("--kvcm-version=v3")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*invalid choice: 'v3'*"])
+
+
+def test_xdist_workers_see_the_same_parametrization(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_user=TESTS)
+    result = pytester.runpytest_subprocess("-n", "2", "--kvcm-version=both")
+    result.assert_outcomes(passed=6)
