@@ -12,6 +12,15 @@ from pytest_kvcm.parity import compare_greedy, compare_outputs
 NEW_TOKENS = 24
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls on a busy 2-core machine: one intra-op thread is ~50x faster than oversubscribed two."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 def _prompts(seed: int, lengths) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(3, 256, (n,), generator=g).tolist() for n in lengths]
