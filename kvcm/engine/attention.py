@@ -14,7 +14,8 @@ each sequence reads (block tables). Per layer the function
 
 Released (-1) and padding entries of a decode block table are clamped to block 0 for the gather and then
 zeroed and masked, so a stale page's content can never reach the output (not even a NaN in a recycled page).
-Rotary embeddings and q/k norms (Qwen3) are applied by the model before this is called; GQA repeats kv heads.
+Rotary embeddings and q/k norms (Qwen3) are applied by the model before this is called; GQA folds query heads
+onto their kv head instead of repeating K/V.
 """
 from __future__ import annotations
 
@@ -69,12 +70,18 @@ def _layer_window(module, kwargs) -> int | None:
     return int(w) if w else None
 
 
-def _repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """[B, kv_heads, L, D] -> [B, heads, L, D]."""
-    b, kvh, length, d = x.shape
-    if kvh == heads:
-        return x
-    return x[:, :, None].expand(b, kvh, heads // kvh, length, d).reshape(b, heads, length, d)
+def _gqa_sdpa(q, k, v, mask, scale):
+    """q [B, ql, H, D], k/v [B, kvh, L, D], mask [B, ql, L] bool -> [B, ql, H, D].
+
+    Query heads are folded onto their kv head (head h reads kv head h // (H / kvh), as HF's ``repeat_kv``), so
+    K/V are never repeated in memory: SDPA sees [B, kvh, rep * ql, D] queries."""
+    b, ql, heads, d = q.shape
+    kvh = k.shape[1]
+    rep = heads // kvh
+    qg = q.reshape(b, ql, kvh, rep, d).permute(0, 2, 3, 1, 4).reshape(b, kvh, rep * ql, d)
+    m = mask[:, None, None].expand(b, 1, rep, ql, mask.shape[-1]).reshape(b, 1, rep * ql, mask.shape[-1])
+    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=m, scale=scale)
+    return o.reshape(b, kvh, rep, ql, d).permute(0, 3, 1, 2, 4).reshape(b, ql, heads, d)
 
 
 def _decode_masks(ctx: AttentionContext, g: int, window: int | None):
@@ -86,11 +93,12 @@ def _decode_masks(ctx: AttentionContext, g: int, window: int | None):
         j = torch.arange(length, device=bt.device)
         kv_lens = ctx.dec_kv_lens
         qpos = kv_lens[:, None] - ql + torch.arange(ql, device=bt.device)[None]        # [Bd, ql]
-        keep = (bt >= 0).repeat_interleave(tpb, dim=1) & (j[None] < kv_lens[:, None])  # [Bd, L]
+        held = (bt >= 0)[:, :, None].expand(bt.shape[0], bt.shape[1], tpb).reshape(bt.shape[0], length)
+        keep = held & (j[None] < kv_lens[:, None])                                     # [Bd, L]
         mask = keep[:, None, :] & (j[None, None, :] <= qpos[:, :, None])               # [Bd, ql, L]
         if window is not None:
             mask = mask & (j[None, None, :] > qpos[:, :, None] - window)
-        ctx.cache[key] = (keep, mask[:, None])
+        ctx.cache[key] = (keep, mask)
     return ctx.cache[key]
 
 
@@ -104,7 +112,7 @@ def _prefill_mask(ctx: AttentionContext, g: int, window: int | None, i: int, dev
         mask = kp[None] <= qp[:, None]
         if window is not None:
             mask = mask & (kp[None] > qp[:, None] - window)
-        ctx.cache[key] = mask[None, None]
+        ctx.cache[key] = mask[None]
     return ctx.cache[key]
 
 
@@ -137,26 +145,18 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         keep, mask = _decode_masks(ctx, g, window)
         bt = meta.dec_block_table
         pages = kv[bt.clamp(min=0)]                                   # [Bd, MB, 2, tpb, kvh, D]
-        pages = pages.transpose(1, 2).reshape(bd, 2, -1, kv.shape[-2], kv.shape[-1])   # [Bd, 2, L, kvh, D]
-        pages = torch.where(keep[:, None, :, None, None], pages, torch.zeros((), dtype=pages.dtype,
-                                                                             device=pages.device))
-        pages = pages.to(q.dtype)
-        k = _repeat_kv(pages[:, 0].transpose(1, 2), heads)            # [Bd, H, L, D]
-        v = _repeat_kv(pages[:, 1].transpose(1, 2), heads)
-        qd = q[:bd * ql].reshape(bd, ql, heads, -1).transpose(1, 2)   # [Bd, H, ql, D]
-        o = F.scaled_dot_product_attention(qd, k, v, attn_mask=mask, scale=scale)
-        out[:bd * ql] = o.transpose(1, 2).reshape(bd * ql, heads, -1)
+        pages = pages.permute(2, 0, 4, 1, 3, 5).reshape(2, bd, kv.shape[-2], -1, kv.shape[-1])  # [2, Bd, kvh, L, D]
+        pages = torch.where(keep[None, :, None, :, None], pages,
+                            torch.zeros((), dtype=pages.dtype, device=pages.device)).to(q.dtype)
+        qd = q[:bd * ql].reshape(bd, ql, heads, -1)
+        out[:bd * ql] = _gqa_sdpa(qd, pages[0], pages[1], mask, scale).reshape(bd * ql, heads, -1)
     for i, (qs, n, pos) in enumerate(ctx.prefill):
         blocks = meta.prefill_blocks[i]
         first = meta.prefill_first_block[i] * ctx.tokens_per_block
-        pages = kv[blocks].transpose(0, 1).reshape(2, -1, kv.shape[-2], kv.shape[-1])[:, :pos + n - first]
-        pages = pages.to(q.dtype)
-        k = _repeat_kv(pages[0].transpose(0, 1)[None], heads)         # [1, H, L, D]
-        v = _repeat_kv(pages[1].transpose(0, 1)[None], heads)
-        qp = q[qs:qs + n].transpose(0, 1)[None]                       # [1, H, n, D]
+        pages = kv[blocks].permute(1, 3, 0, 2, 4).reshape(2, 1, kv.shape[-2], -1, kv.shape[-1])
+        pages = pages[:, :, :, :pos + n - first].to(q.dtype)          # [2, 1, kvh, L, D]
         mask = _prefill_mask(ctx, g, window, i, q.device)
-        o = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask, scale=scale)
-        out[qs:qs + n] = o[0].transpose(0, 1)
+        out[qs:qs + n] = _gqa_sdpa(q[qs:qs + n][None], pages[0], pages[1], mask, scale)[0]
     return out[None], None
 
 

@@ -52,8 +52,11 @@ def default_kv_cache_config(model, *, max_batch_size: int, max_seq_len: int, dev
 class LLM:
     def __init__(self, model, tokenizer=None, *, manager_version: str = "v2", kv_cache_config=None,
                  max_batch_size: int = 64, max_seq_len: int = 2048, max_num_tokens: int | None = None,
-                 device="cpu", trace: bool = False, manager=None, cuda_graph: bool = False,
-                 cuda_graph_batch_sizes: list[int] | None = None):
+                 device="cpu", trace: bool = False, manager=None, max_draft_len: int = 0,
+                 cuda_graph: bool = False, cuda_graph_batch_sizes: list[int] | None = None,
+                 graph_capture: bool | None = None):
+        """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
+        steps; captured on CUDA, run statically (eagerly) on the CPU unless ``graph_capture`` says otherwise."""
         import kvcm
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
@@ -64,22 +67,39 @@ class LLM:
                                                       max_seq_len=max_seq_len, device=device)
         self.kv_cache_config = kv_cache_config
         self.manager_version = manager_version
+        self.max_draft_len = max_draft_len
         self.model_spec = kvcm.ModelSpec.from_hf_config(model.config)
-        self.manager = manager if manager is not None else self._new_manager()
-        self.tracer = Tracer() if trace else None
-        self.runner = ModelRunner(self.model, self.manager, self.device, self.tracer)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self.graphs = None
         self.warmup_reports = []
+        est_report = None
+        if cuda_graph and manager is None:
+            from .cuda_graph import warmup_estimation   # the temporary cache comes and goes before the final one
+            est_report = warmup_estimation(self, batch_sizes=cuda_graph_batch_sizes,
+                                           two_model=max_draft_len > 0)
+        self.manager = manager if manager is not None else self._new_manager()
+        self.tracer = Tracer() if trace else None
+        self.runner = ModelRunner(self.model, self.manager, self.device, self.tracer)
         if cuda_graph:
             from .cuda_graph import setup_cuda_graphs
-            self.graphs = setup_cuda_graphs(self, batch_sizes=cuda_graph_batch_sizes)
+            self.graphs = setup_cuda_graphs(self, batch_sizes=cuda_graph_batch_sizes, estimation=False,
+                                            capture=graph_capture)
+            self.warmup_reports = ([est_report] if est_report else []) + self.warmup_reports
+
+    def manager_kwargs(self) -> dict:
+        return dict(max_batch_size=self.max_batch_size, max_seq_len=self.max_seq_len,
+                    max_num_tokens=self.max_num_tokens, max_draft_len=self.max_draft_len, device=self.device)
 
     def _new_manager(self):
         import kvcm
-        return kvcm.create_kv_cache_manager(
-            self.manager_version, self.model_spec, self.kv_cache_config, max_batch_size=self.max_batch_size,
-            max_seq_len=self.max_seq_len, max_num_tokens=self.max_num_tokens, device=self.device)
+        return kvcm.create_kv_cache_manager(self.manager_version, self.model_spec, self.kv_cache_config,
+                                            **self.manager_kwargs())
+
+    def close(self) -> None:
+        """Drop graphs and give the engine's own pages (the graph pad request) back to the manager."""
+        if self.graphs is not None:
+            self.graphs.release()
+            self.graphs = None
 
     @property
     def trace(self):
@@ -87,7 +107,7 @@ class LLM:
 
     def _step(self, scheduler: Scheduler):
         seqs, items = scheduler.schedule()
-        if self.graphs is not None and all(it.decode for it in items) and self.graphs.can_run(items):
+        if self.graphs is not None and self.graphs.can_run(items):
             logits = self.graphs.run(items)
         else:
             logits = self.runner.run(items)

@@ -11,9 +11,9 @@ import kvcm
 from kvcm.engine.models import tiny_model
 from kvcm.engine.runner import ModelRunner, StepItem
 
-# fp32: summation order differs between a paged gather and one eager matmul; 1e-5 absolute, plus 1e-4 of the
-# logit's size for the few large ones.
-TOL = dict(atol=1e-5, rtol=1e-4)
+# fp32: summation order differs between a paged gather and one eager matmul (logits here are of order 1-10,
+# so fp32 rounding alone reaches ~1e-5); a wrong position, page or mask moves logits by far more (~0.1 to 1).
+TOL = dict(atol=3e-5, rtol=1e-4)
 
 
 def _manager(model, version, tpb=8, max_tokens=1024, dtype="float32"):
