@@ -41,7 +41,7 @@ def test_ordinary_model_estimation_within_budget(kvcm_version, free_gib, budget,
     assert [g["num_blocks"] for g in e["groups"]] == [blocks]
     names = [c["name"] for c in e["constraints"]]
     assert "longest_decode" not in names
-    if kvcm_version == "v2":
+    if est.manager.version == "v2":
         assert e["constraints"] == [{"name": "context", "requests": [{"count": 1, "capacity": 8192, "history": 0}]}]
         # typical step with avg_seq_len = S: (N, 0) + 255 x (S, S - 1)
         assert e["typical_step"] == [{"count": 1, "capacity": 8192, "history": 0},

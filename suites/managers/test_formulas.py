@@ -305,6 +305,20 @@ def test_v4_groups_and_windows(d):
     assert [g.bytes_per_block for g in mgr.layer_groups] == [41984, 786432, 655360]
 
 
+def test_v4_flash_embedded_config():
+    spec = kvcm.DeepseekV4Spec.from_hf_config(_embedded("deepseek-v4-flash"))
+    # 43 layers: two r=128, then 41 alternating (odd index r=4): 20 CSA (r=4) and 2 + 21 = 23 HCA (r=128)
+    assert len(spec.compress_ratios) == 43
+    assert (spec.compress_ratios.count(4), spec.compress_ratios.count(128)) == (20, 23)
+    mgr = kvcm.DeepseekV4CacheManager(spec, KvCacheConfig(tokens_per_block=128, max_gpu_total_bytes=64 * GiB),
+                                      max_batch_size=8, max_seq_len=65536, max_draft_len=3, device="meta")
+    assert [g.window for g in mgr.layer_groups] == [None, 131, 11]  # W + D = 128 + 3, 2 x 4 + D = 11
+    # full: 20 x (32768 + 8192) + 23 x 1024 = 842752; window W+D: 43 x 131072 + 23 x 2 x 262144 = 17694720;
+    # window 8+D: 20 x 655360 = 13107200
+    assert [g.bytes_per_block for g in mgr.layer_groups] == [842752, 17694720, 13107200]
+    assert mgr.pool_bytes <= mgr.budget_bytes == 64 * GiB
+
+
 @pytest.mark.parametrize("tpb", [32, 64, 512])
 def test_v4_tokens_per_block_must_be_128_or_256(tpb):
     with pytest.raises(kvcm.ConfigError) as info:

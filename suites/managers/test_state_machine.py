@@ -59,6 +59,8 @@ def snapshot(mgr):
 
 
 def machine(version: str, kind: str):
+    version = make_manager(version, kind).version  # "auto" resolves to the model's version (V1 here)
+
     class Lifecycle(RuleBasedStateMachine):
         def __init__(self):
             super().__init__()
