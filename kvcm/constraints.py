@@ -110,10 +110,7 @@ def split_quota(quota_bytes: int, groups: list[LayerGroup], weights: list[float]
     return [max(floors[i], int(alloc[i] // g.bytes_per_block)) for i, g in enumerate(groups)]
 
 
-def tokens_quota_bytes(max_tokens: int, groups: list[LayerGroup], tpb: int, max_batch_size: int) -> int:
-    """Bytes that hold ``max_tokens`` in every full-attention group plus B windows in every sliding group."""
-    total = 0
-    for g in groups:
-        blocks = ceil_div(max_tokens, tpb) if g.is_full else max_batch_size * g.max_window_blocks(tpb)
-        total += blocks * g.bytes_per_block
-    return total
+def tokens_quota_per_group(max_tokens: int, groups: list[LayerGroup], tpb: int, max_batch_size: int) -> list[int]:
+    """Bytes per group that hold ``max_tokens`` in every full-attention group plus B windows in every sliding one."""
+    return [(ceil_div(max_tokens, tpb) if g.is_full else max_batch_size * g.max_window_blocks(tpb)) * g.bytes_per_block
+            for g in groups]

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .config import BatchDesc, KvCacheConfig, resolve_dtype
+from .config import BatchDesc, KvCacheConfig
 from .errors import ConfigError, OutOfPagesError, UnknownRequestError
 from .block_pool import BlockPool
-from .layer_groups import LayerGroup, build_layer_groups, ceil_div
+from .layer_groups import LayerGroup, build_layer_groups
 from .model_spec import ModelSpec
 
 
@@ -206,6 +206,10 @@ class BaseKVCacheManager:
         if max_num_draft_tokens < 0:
             raise ConfigError("max_num_draft_tokens", max_num_draft_tokens, "must be >= 0")
         reserve = max_num_draft_tokens if kv_reserve_draft_tokens is None else kv_reserve_draft_tokens
+        held = [rid for rid in request_ids if rid in self._seqs]
+        if held or len(set(map(repr, request_ids))) != len(request_ids):
+            dup = held or [r for i, r in enumerate(request_ids) if r in request_ids[:i]]
+            raise ConfigError("request_ids", dup[0], "must be new and distinct; nothing was allocated")
         made, out = [], []
         for i, rid in enumerate(request_ids):
             token_num = token_nums[i] if token_nums is not None else 1 + max_num_draft_tokens

@@ -8,7 +8,7 @@ Every operation costs time in the blocks it changes, never in the pool's size.
 from __future__ import annotations
 
 from .config import BatchDesc, KVCacheDesc
-from .constraints import (NamedConstraint, generic_constraints, split_quota, split_weights, tokens_quota_bytes,
+from .constraints import (NamedConstraint, generic_constraints, split_quota, split_weights, tokens_quota_per_group,
                           typical_step_batch)
 from .errors import ConfigError, OutOfPagesError
 from .layer_groups import ceil_div
@@ -44,10 +44,17 @@ class KVCacheManagerV2(BaseKVCacheManager):
         self.constraint_names = [c.name for c in named]
         self.constraints = [c.batch for c in named]
         budgets = self._budget_candidates()
+        token_bytes = None
         if cfg.max_tokens is not None:
-            budgets["max_tokens"] = tokens_quota_bytes(cfg.max_tokens, self.layer_groups, tpb, self.max_batch_size)
+            token_bytes = tokens_quota_per_group(cfg.max_tokens, self.layer_groups, tpb, self.max_batch_size)
+            budgets["max_tokens"] = sum(token_bytes)
         self.budget_bytes = min(budgets.values())
-        weights = split_weights(self.layer_groups, tpb, pool_ratio=cfg.pool_ratio, typical_step=self.typical_step)
+        if token_bytes is not None and cfg.pool_ratio is None and self.budget_bytes == budgets["max_tokens"]:
+            # the budget *is* "T tokens per full group + B windows per sliding group": split it that way, so a
+            # cache asked to hold T tokens holds them (the typical step only shares budgets given in bytes)
+            weights = [float(b) for b in token_bytes]
+        else:
+            weights = split_weights(self.layer_groups, tpb, pool_ratio=cfg.pool_ratio, typical_step=self.typical_step)
         return split_quota(self.budget_bytes, self.layer_groups, weights, named, tpb)
 
     # ---- the per-request cache ------------------------------------------------------------------------------

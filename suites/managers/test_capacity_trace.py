@@ -61,9 +61,6 @@ def test_failed_dummy_call_releases_everything(kvcm_manager_factory):
     assert mgr.request_ids == [] and mgr.get_num_free_blocks() == 4
 
 
-@pytest.mark.xfail(strict=True, reason="kvcm/manager.py add_dummy_requests: a request id already held raises "
-                   "ConfigError from _new_seq without releasing the dummies this call already made (SEMANTICS 3: "
-                   "any failure releases every dummy made by the call)")
 @pytest.mark.parametrize("ids", [["a", "b", "a"], ["a", "held"]])
 def test_duplicate_dummy_id_releases_the_call(kvcm_manager_factory, ids):
     mgr = _mgr(kvcm_manager_factory, max_tokens=128)  # 4 blocks

@@ -151,9 +151,6 @@ def test_v2_max_tokens_single_full_group(kvcm_version, max_tokens, blocks):
     assert mgr.pool_bytes == blocks * 4096 <= mgr.budget_bytes
 
 
-@pytest.mark.xfail(strict=True, reason="kvcm/constraints.py split_weights/split_quota: a max_tokens quota sized as "
-                   "T tokens in the full group + B windows is re-split by the default one-long-request ratio, so the "
-                   "full group gets 42 blocks instead of ceil(1000/32) = 32 and the window group 1 instead of 12")
 @pytest.mark.kvcm_versions("v2")
 def test_v2_max_tokens_with_window_group_keeps_its_quota(kvcm_version):
     # quota = ceil(1000 / 32) = 32 full blocks + B 4 x (ceil(64 / 32) + 1) = 12 window blocks, 2048 bytes each
