@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
 
@@ -282,9 +282,3 @@ class Recorder:
 def kvcm_results(request: pytest.FixtureRequest) -> Recorder:
     """Record a metric of this test: ``kvcm_results.record(metric="parity.first_diff", value=..., ...)``."""
     return Recorder(request)
-
-
-def iter_rows(path: str | os.PathLike, **query: Any) -> Iterable[dict[str, Any]]:
-    """Read a store without the plugin (dashboard, scripts)."""
-    with ResultsStore(path, run_id="reader") as store:
-        yield from store.query(**query)

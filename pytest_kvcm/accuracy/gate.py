@@ -80,7 +80,7 @@ class AccuracyGate:
                 out.reference = lookup_reference(task, model, full, reference_dir=self.reference_dir)
             except ReferenceError:
                 out.reference = None
-            out.entry = entry_yaml(model, score, full)
+            out.entry = entry_yaml(model, score, full, num_samples=int(num_samples))
             return out
         ref = lookup_reference(task, model, full, reference_dir=self.reference_dir)
         stats = {**DEFAULTS, **{k: v for k, v in ref.stats.items() if k in DEFAULTS}}

@@ -81,7 +81,8 @@ def test_measure_mode_prints_the_entry_and_never_fails(session):
     res = session.runpytest("--kvcm-references=refs", "--kvcm-accuracy=measure")
     res.assert_outcomes(passed=1)
     res.stdout.fnmatch_lines(["*kvcm accuracy: measured entries to paste*", "*new/model*",
-                              "new/model:", "  - dtype: float32", "    accuracy: 12.346"])
+                              "new/model:", "  - dtype: float32", "    accuracy: 12.346",
+                              "    num_samples: 48"])
     (row,) = rows(session)
     assert row["passed"] is None and row["threshold"] is None
 
