@@ -85,6 +85,17 @@ def test_deepseek_v4_floors_within_budget_hold():
     assert all(g["num_blocks"] >= f for g, f in zip(e["groups"], floors))
 
 
+def test_deepseek_v4_explicit_ratio_has_no_floors():
+    # the same 18_000_000-byte budget that the floors (26385408 bytes) exceed, but with an explicit ratio 1:1:1:
+    # no constraints, so the pools are simply 6_000_000 bytes each:
+    #   6_000_000 // 41984 = 142, 6_000_000 // 786432 = 7, 6_000_000 // 655360 = 9
+    cfg = KvCacheConfig(tokens_per_block=128, max_gpu_total_bytes=18_000_000, pool_ratio=(1, 1, 1))
+    mgr = kvcm.DeepseekV4CacheManager(V4_SMALL, cfg, max_batch_size=16, max_seq_len=8192, max_num_tokens=1024,
+                                      device="meta")
+    assert mgr.constraints == []
+    assert [g.num_blocks for g in mgr.layer_groups] == [142, 7, 9]
+
+
 def test_plan_reports_v4_budget_error(capsys):
     rc = kvcm.cli.main(["plan", "--model", "deepseek-v4-flash", "--free-gib", "1", "-S", "1048576", "-B", "64",
                         "--json"])
