@@ -87,7 +87,7 @@ def kvcm_version(request) -> str:
 
 
 class ManagerFactory:
-    """Builds managers of the test's version and frees what tests forget, so one test's leak cannot hide."""
+    """Builds managers of the test's version; ``managers`` keeps every one made, for assertions after the fact."""
 
     def __init__(self, version: str):
         self.version = version
