@@ -8,6 +8,7 @@ uncaught: a suite that cannot see a historic defect come back is not guarding ag
 from __future__ import annotations
 
 import json
+import shlex
 import os
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def main(args) -> int:
     if unknown:
         print(f"kvcm sensitivity: unknown defect(s) {', '.join(unknown)}; registered: {', '.join(registry)}")
         return 2
-    extra = args.pytest_args.split() if args.pytest_args else []
+    extra = shlex.split(args.pytest_args) if args.pytest_args else []
     jobs = int(os.environ.get("KVCM_SENSITIVITY_JOBS", "1"))
     with tempfile.TemporaryDirectory(prefix="kvcm-sensitivity-") as tmp:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
