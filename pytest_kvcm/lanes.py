@@ -36,6 +36,9 @@ Waives (``--kvcm-waives``, default ``ci/waives.txt``; lines ``node_id SKIP (reas
 applied after selection, with or without a lane. A waive naming nothing collected is a warning, not an error
 (a waive may be for a test this run did not collect).
 
+``--kvcm-lane-all-blocks`` ignores the conditions (every block selected): with ``--collect-only`` it checks
+every id of a GPU lane on a CPU runner, where the GPU blocks' files are otherwise not collected.
+
 ``--kvcm-lane=auto`` picks, among the lane files of ``--kvcm-lane-dir`` with a block matching this machine, the
 one whose matching block tests the most keys (ties: file name order). With the shipped files that is
 ``l0_h200`` on a host with an H200, ``l0_h100`` with an H100, else ``l0_cpu``.
