@@ -24,6 +24,9 @@ from pathlib import Path
 
 import torch
 
+# Run as a script, sys.path[0] is benchmarks/: put the repository root first so ``kvcm`` is this checkout's.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 T0 = time.time()
 
 

@@ -127,7 +127,11 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     g = ctx.group_of_layer[layer]
     meta = ctx.groups[g]
     window = _layer_window(module, kwargs)
-    if meta.window is not None and (window is None or window > meta.window):
+    if window is None:
+        # Some transformers versions pass no window to the attention function; the model spec read the same
+        # config, so the group's window is the layer's (a wrong spec shows up as a parity failure, not silence).
+        window = meta.window
+    if meta.window is not None and window > meta.window:
         raise ValueError(f"layer {layer}: the model attends to window {window} but the cache releases pages "
                          f"outside window {meta.window} (layer group {g}); the model spec and the model disagree")
     kv = ctx.layer_kv[layer]
