@@ -213,13 +213,13 @@ def throughput(model, tok, device, dtype_name, batches, n, max_seq_len, prompts_
     for bs in batches:
         ids = ids_all[:bs]
         row = {"batch": bs}
-        for mode, llm in engines.items():
-            t1 = time_engine(llm, ids, 1)
-            tn = time_engine(llm, ids, n)
-            row[mode] = bs * (n - 1) / max(tn - t1, 1e-9)
-        t1 = time_hf(model, ids, 1, tok.pad_token_id)
-        tn = time_hf(model, ids, n, tok.pad_token_id)
-        row["hf"] = bs * (n - 1) / max(tn - t1, 1e-9)
+        for mode, llm in engines.items():  # best of two: the first call of a shape pays one-off costs
+            t1 = min(time_engine(llm, ids, 1) for _ in range(2))
+            tn = min(time_engine(llm, ids, n) for _ in range(2))
+            row[mode] = bs * (n - 1) / (tn - t1) if tn > t1 else float("nan")
+        t1 = min(time_hf(model, ids, 1, tok.pad_token_id) for _ in range(2))
+        tn = min(time_hf(model, ids, n, tok.pad_token_id) for _ in range(2))
+        row["hf"] = bs * (n - 1) / (tn - t1) if tn > t1 else float("nan")
         log(f"  batch {bs:4d}: graph {row['graph']:9.1f} tok/s   eager {row['eager']:9.1f} tok/s   "
             f"hf generate {row['hf']:9.1f} tok/s   (graph/eager {row['graph'] / row['eager']:.2f}x)")
         results.append(row)

@@ -29,7 +29,12 @@ class RequestOutput:
     num_preemptions: int = 0
 
 
-def _eos_ids(model, tokenizer) -> tuple[int, ...]:
+def eos_token_ids(model, tokenizer) -> tuple[int, ...]:
+    """Every id that ends a generation: the tokenizer's EOS and the model's generation-config EOS.
+
+    Both count because converted tokenizers disagree across transformers releases (SmolLM2's GGUF gives
+    ``<|im_end|>`` on 5.24 and another id on 5.17): a baseline compared with this engine must stop on the same set.
+    """
     ids = []
     for src in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)
                 if getattr(model, "generation_config", None) is not None else None):
@@ -37,6 +42,9 @@ def _eos_ids(model, tokenizer) -> tuple[int, ...]:
             continue
         ids.extend(src if isinstance(src, (list, tuple)) else [src])
     return tuple(dict.fromkeys(int(i) for i in ids))
+
+
+_eos_ids = eos_token_ids
 
 
 def default_kv_cache_config(model, *, max_batch_size: int, max_seq_len: int, device):
