@@ -41,7 +41,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import kvcm
-from kvcm.engine.llm import eos_token_ids as _eos_ids
+    from kvcm.engine.llm import eos_token_ids as _eos_ids
     from kvcm.engine.models import load_smollm2, truncated_drafter
     from kvcm.engine.speculative import SpeculativeLLM
     from pytest_kvcm.parity import compare_outputs
