@@ -8,13 +8,6 @@ from kvcm.engine.models import (TINY_ARCHS, ModelNotInstalled, hf_generate, load
                                 tiny_model, truncated_drafter)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls on a busy 2-core machine: one intra-op thread is ~50x faster than oversubscribed two."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def _same_weights(a, b) -> bool:

@@ -10,21 +10,13 @@ from kvcm.engine.llm import eos_token_ids
 from kvcm.engine.models import chat_prompt_ids, hf_generate, require_smollm2, tiny_model
 from pytest_kvcm.parity import compare_greedy, compare_outputs
 
+from _prompts import random_prompts
+
 NEW_TOKENS = 24
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls on a busy 2-core machine: one intra-op thread is ~50x faster than oversubscribed two."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
-def _prompts(seed: int, lengths) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 256, (n,), generator=g).tolist() for n in lengths]
 
 
 def engine(model, version: str, *, max_tokens=2048, tpb=8, max_num_tokens=None, max_batch_size=8, tokenizer=None,
@@ -61,7 +53,7 @@ def mistral():
 def test_engine_matches_hf_generate(arch, kvcm_version, greedy_parity):
     version = "v2" if kvcm_version == "auto" else kvcm_version
     model, _ = tiny_model(arch)
-    prompts = _prompts(0, [5, 9, 17, 30])
+    prompts = random_prompts(0, [5, 9, 17, 30])
     greedy_parity(hf(model), engine(model, version), prompts, names=("hf", version), model=f"tiny-{arch}",
                   kvcm_version=version)
 
@@ -70,7 +62,7 @@ def test_engine_matches_hf_generate(arch, kvcm_version, greedy_parity):
 def test_v1_v2_identical_under_preemption(llama, chunked, greedy_parity):
     """A pool of 12 blocks of 8 tokens cannot hold 6 sequences of up to 54 tokens: the scheduler must preempt,
     recompute, and still give the tokens of an unconstrained run."""
-    prompts = _prompts(1, [7, 12, 20, 25, 30, 9])
+    prompts = random_prompts(1, [7, 12, 20, 25, 30, 9])
     kw = dict(max_tokens=96, max_num_tokens=16 if chunked else None)
     s1, s2 = [], []
     greedy_parity(engine(llama, "v1", stats=s1, **kw), engine(llama, "v2", stats=s2, **kw), prompts,
@@ -80,7 +72,7 @@ def test_v1_v2_identical_under_preemption(llama, chunked, greedy_parity):
 
 
 def test_chunked_prefill_matches_whole_prefill(llama, greedy_parity):
-    prompts = _prompts(2, [40, 33, 5])
+    prompts = random_prompts(2, [40, 33, 5])
     greedy_parity(engine(llama, "v2"), engine(llama, "v2", max_num_tokens=8), prompts,
                   names=("whole", "chunks_of_8"), model="tiny-llama")
 
@@ -90,7 +82,7 @@ def test_sliding_window_past_the_window(mistral, version, greedy_parity):
     """Window 16 with 8-token pages: prompts and outputs run well past it, so V2 releases stale pages while
     decoding; the tokens must still be HF's."""
     assert mistral.config.sliding_window == 16
-    prompts = _prompts(3, [10, 24, 40])
+    prompts = random_prompts(3, [10, 24, 40])
     greedy_parity(hf(mistral, max_new_tokens=32), engine(mistral, version, max_new_tokens=32, max_num_tokens=12),
                   prompts, names=("hf", version), model="tiny-mistral", kvcm_version=version)
 
@@ -108,7 +100,7 @@ def _shifted_block_table(llm, from_block: int):
 
 
 def test_gate_catches_off_by_one_block_table(llama, greedy_parity):
-    prompts = _prompts(4, [6, 10, 14])  # prompts fit in 2 blocks; decoding crosses into block 2 and 3
+    prompts = random_prompts(4, [6, 10, 14])  # prompts fit in 2 blocks; decoding crosses into block 2 and 3
     good = engine(llama, "v2")
 
     def defective(ps):
@@ -151,7 +143,7 @@ def test_report_names_position_tokens_and_near_ties():
 
 
 def test_parity_result_is_recorded(llama, greedy_parity, kvcm_results):
-    prompts = _prompts(5, [5, 8])
+    prompts = random_prompts(5, [5, 8])
     greedy_parity(engine(llama, "v1"), engine(llama, "v2"), prompts, names=("v1", "v2"), model="tiny-llama")
     rows = [r for r in kvcm_results.records if r["metric"] == "greedy_parity"]
     assert rows and rows[-1]["passed"] is True and rows[-1]["value"] == 1.0 and rows[-1]["n"] == 2

@@ -9,21 +9,14 @@ from kvcm.engine.models import chat_prompt_ids, hf_generate, require_smollm2, ti
 from kvcm.engine.speculative import SpeculativeLLM
 from pytest_kvcm.parity import compare_outputs
 
+from _prompts import random_prompts
+
 NEW_TOKENS = 32
 PAIRS = [("v1", "v1"), ("v1", "v2"), ("v2", "v1"), ("v2", "v2")]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
-def _prompts(seed: int, lengths) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 256, (n,), generator=g).tolist() for n in lengths]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +26,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def prompts():
-    return _prompts(0, [5, 12, 21, 38])
+    return random_prompts(0, [5, 12, 21, 38])
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +81,7 @@ def test_preemption_under_a_small_pool(target, prompts, reference, tv, dv, greed
 
 def test_sliding_window_target(greedy_parity):
     model = tiny_model("mistral", num_hidden_layers=3)[0]
-    ps = _prompts(1, [10, 30])
+    ps = random_prompts(1, [10, 30])
     ref = hf_generate(model, ps, NEW_TOKENS, eos_token_id=[])
     llm = spec(model, truncated_drafter(model, 2), 4, "v2", "v2")
     greedy_parity.check(compare_outputs(ref, llm.generate(ps, NEW_TOKENS), ps, names=("target", "spec")))
