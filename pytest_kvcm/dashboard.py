@@ -268,9 +268,10 @@ def render_html(rows: list[dict], *, title: str = "kvcm results", source: str = 
     failing = sum(1 for r in gates_latest.values() if r["passed"] is False)
     runs = sorted({r["run_id"] for r in rows})
     last = rows[-1] if rows else None
-    parity = _latest_by_test(r for r in rows if r["metric"].startswith("parity"))
+    parity = _latest_by_test(r for r in rows if "parity" in r["metric"])  # greedy_parity, parity.*
     warmup = _latest_by_test(r for r in rows if r["metric"].startswith("warmup"))
-    other = _latest_by_test(r for r in rows if not r["metric"].startswith(("accuracy.", "parity", "warmup")))
+    other = _latest_by_test(r for r in rows if not (r["metric"].startswith(("accuracy.", "warmup"))
+                                                    or "parity" in r["metric"]))
     tiles = (f'<div class="tile {"bad" if failing else "good"}"><b>{len(gates_latest) - failing}/'
              f'{len(gates_latest)}</b>gate results passing</div>'
              f'<div class="tile"><b>{len(runs)}</b>runs</div>'

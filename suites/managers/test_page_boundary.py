@@ -38,7 +38,7 @@ def test_dummy_at_page_boundary_with_window_group(page_boundary_check):
         assert r.capacity_held == r.boundary == 16 * 32  # 512
 
 
-def test_warmup_on_page_boundary_skips_nothing(kvcm_manager_factory):
+def test_warmup_on_page_boundary_skips_nothing(kvcm_manager_factory, kvcm_results):
     """A budget of exactly 32 blocks: every shape's long dummy ends on a page boundary and must still fit.
 
     Shape (1, 0): available = 32 x 32 = 1024 (S - 1 = 8191 does not bind), capacity 1024 = 32 blocks: fits only
@@ -47,6 +47,8 @@ def test_warmup_on_page_boundary_skips_nothing(kvcm_manager_factory):
     mgr = kvcm_manager_factory(tiny_spec(), KvCacheConfig(max_tokens=1024), max_batch_size=4, max_seq_len=8192,
                                device="meta")
     report = kvcm.plan_warmup(mgr)
+    kvcm_results.record(metric="warmup.skipped_shapes", value=len(report.skipped), passed=report.ok,
+                        kvcm_version=mgr.version, extra=report.as_dict())
     assert [(s.batch_size, s.draft_len) for s in report.planned] == [(4, 0), (2, 0), (1, 0)]
     assert report.skipped == [], str(report)
     assert len(report.captured) == 3
