@@ -41,7 +41,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import kvcm
-    from kvcm.engine.llm import eos_token_ids as _eos_ids
+    from kvcm.engine.llm import eos_token_ids
     from kvcm.engine.models import load_smollm2, truncated_drafter
     from kvcm.engine.speculative import SpeculativeLLM
     from pytest_kvcm.parity import compare_outputs
@@ -95,7 +95,7 @@ def main(argv=None):
         for tv, dv in (("v2", "v2"), ("v1", "v2")):
             spec = SpeculativeLLM(model, drafter, num_draft=args.num_draft, target_version=tv, draft_version=dv,
                                   target_kv_cache_config=cfg, draft_kv_cache_config=cfg, max_batch_size=len(sp),
-                                  max_seq_len=max_seq, device=dev, eos_token_ids=_eos_ids(model, tok))  # as plain LLM stops
+                                  max_seq_len=max_seq, device=dev, eos_token_ids=eos_token_ids(model, tok))  # as plain LLM stops
             sync(dev)
             t = time.perf_counter()
             souts = spec.generate(sp, args.max_new_tokens)

@@ -44,8 +44,6 @@ def eos_token_ids(model, tokenizer) -> tuple[int, ...]:
     return tuple(dict.fromkeys(int(i) for i in ids))
 
 
-_eos_ids = eos_token_ids
-
 
 def default_kv_cache_config(model, *, max_batch_size: int, max_seq_len: int, device):
     """Model dtype; on CPU enough tokens for a full batch of full-length requests (capped at 2**17), on CUDA
@@ -77,7 +75,7 @@ class LLM:
         self.manager_version = manager_version
         self.max_draft_len = max_draft_len
         self.model_spec = kvcm.ModelSpec.from_hf_config(model.config)
-        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.eos_token_ids = eos_token_ids(model, tokenizer)
         self.graphs = None
         self.warmup_reports = []
         est_report = None

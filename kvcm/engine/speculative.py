@@ -93,7 +93,7 @@ class SpeculativeLLM:
                  target_kv_cache_config=None, draft_kv_cache_config=None, max_batch_size: int = 16,
                  max_seq_len: int = 1024, device="cpu", eos_token_ids=None, target_manager=None,
                  draft_manager=None):
-        from .llm import _eos_ids, default_kv_cache_config
+        from .llm import default_kv_cache_config, eos_token_ids as model_eos_ids
         if not isinstance(num_draft, int) or num_draft < 1:
             raise ValueError(f"num_draft={num_draft!r} must be an integer >= 1")
         if draft.config.vocab_size != target.config.vocab_size:
@@ -112,7 +112,7 @@ class SpeculativeLLM:
                 draft, max_batch_size=max_batch_size, max_seq_len=max_seq_len, device=device), **kw)
         self.target = ModelRunner(target, self.target_mgr, self.device)
         self.draft = ModelRunner(draft, self.draft_mgr, self.device)
-        self.eos = set(_eos_ids(target, None) if eos_token_ids is None else eos_token_ids)
+        self.eos = set(model_eos_ids(target, None) if eos_token_ids is None else eos_token_ids)
         self.stats = SpecStats()
         self._next_id = 0
 
