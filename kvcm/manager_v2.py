@@ -77,6 +77,9 @@ class KVCacheManagerV2(BaseKVCacheManager):
             raise ConfigError("history", hist, f"must be <= capacity={cap}")
         tpb = self.tokens_per_block
         target = ceil_div(cap, tpb)
+        if self._pages_unchanged(seq, hist, target):
+            seq.capacity, seq.history = cap, hist
+            return True
         plans = []
         for g, (group, pool, blocks) in enumerate(zip(self.layer_groups, self.pools, seq.blocks)):
             lo, hi = group.stale_range(hist, tpb)
@@ -96,6 +99,17 @@ class KVCacheManagerV2(BaseKVCacheManager):
             blocks.extend(-1 if lo <= i < hi else next(fresh) for i in range(len(blocks), target))
             seq.stale_done[g] = max(seq.stale_done[g], min(hi, target))
         seq.capacity, seq.history = cap, hist
+        return True
+
+    def _pages_unchanged(self, seq, hist: int, target: int) -> bool:
+        """True when a resize to ``target`` blocks at history ``hist`` allocates, releases and marks nothing
+        (most decode steps): the general path would then only move the two counters."""
+        for g, (group, blocks) in enumerate(zip(self.layer_groups, seq.blocks)):
+            if len(blocks) != target:
+                return False
+            if group.window is not None and min(group.stale_range(hist, self.tokens_per_block)[1], target) > \
+                    seq.stale_done[g]:
+                return False
         return True
 
     def _resize_or_raise(self, request_id, capacity: int | None, history: int | None, what: str) -> None:

@@ -2,18 +2,20 @@
 
 The model runs with ``use_cache=False``: this function is the only keeper of KV. A forward is one packed batch
 (every scheduled sequence's new tokens in one ``[1, total_tokens]`` row, decodes first); the runner sets an
-:class:`AttentionContext` saying, per layer group, where each new token's K/V goes (slot mapping) and which pages
-each sequence reads (block tables). Per layer the function
+:class:`AttentionContext` built from the step's buffers (``batch.py``): per layer group where each new token's
+K/V goes (slot mapping) and each sequence's block table, plus the KV length and query offsets of each sequence.
+Per layer the function
 
 1. writes the new K/V into ``mgr.layer_kv(layer)`` at the slot mapping (block ``p // tpb``, slot ``p % tpb``);
-2. decodes (all of the same query length, 1 + drafts) in one batched gather of their block tables into
-   ``[B, max_blocks * tpb, kv_heads, dim]`` with a mask (causal, kv length, sliding window, released pages);
-   this part uses tensors only, so it is CUDA-graph safe when the context's tensors are static buffers;
-3. prefill chunks one by one: only the pages from the first block its window needs to its last one (these are
-   never released ones), causal mask within the chunk.
+2. attends: sequence ``s`` has queries at positions ``seq_lens[s] - q_len .. seq_lens[s] - 1`` and reads keys
+   up to each query's position (the last ``window`` of them for a sliding layer) through its block table.
 
-Released (-1) and padding entries of a decode block table are clamped to block 0 for the gather and then
-zeroed and masked, so a stale page's content can never reach the output (not even a NaN in a recycled page).
+On CUDA both steps are one Triton launch each (``triton_attention.py``: no gather, no padding, graph-safe for
+any mix of decodes and prefill chunks). Elsewhere the torch reference below does the same arithmetic: the
+leading rows that share one query length (decodes, or a graph's decode shape) in one batched gather of their
+block tables, padded to the longest and masked; the other rows (prefill chunks) one by one over the pages
+their queries can see. Released (-1) and padding entries are clamped to block 0 for the gather and then zeroed
+and masked, so a stale page's content can never reach the output (not even a NaN in a recycled page).
 Rotary embeddings and q/k norms (Qwen3) are applied by the model before this is called; GQA folds query heads
 onto their kv head instead of repeating K/V.
 """
@@ -21,8 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from . import triton_attention
 
 NAME = "kvcm_paged"
 
@@ -33,9 +38,7 @@ class GroupMeta:
     window: int | None                 # the manager's window for the group (pages it may release)
     slot_block: torch.Tensor           # [T] long: physical block of each new token
     slot_offset: torch.Tensor          # [T] long: slot in that block
-    dec_block_table: torch.Tensor | None = None   # [Bd, max_blocks] long, -1 = released or padding
-    prefill_blocks: list[torch.Tensor] = field(default_factory=list)  # per chunk: blocks first_block..last
-    prefill_first_block: list[int] = field(default_factory=list)
+    block_table: torch.Tensor          # [S, W] long: physical block of each logical block, -1 = none
 
 
 @dataclass
@@ -44,10 +47,13 @@ class AttentionContext:
     group_of_layer: dict[int, int]
     tokens_per_block: int
     groups: list[GroupMeta]
-    num_decode: int = 0                # decode sequences, packed first
-    decode_q_len: int = 1              # query tokens per decode sequence (1 + drafts)
-    dec_kv_lens: torch.Tensor | None = None       # [Bd] long: KV length attention reads per decode sequence
-    prefill: list[tuple[int, int, int]] = field(default_factory=list)  # (packed start, num tokens, position)
+    seq_lens: torch.Tensor             # [S] long: KV length each sequence reads after this step
+    query_start: torch.Tensor          # [S + 1] long: packed offsets of each sequence's queries
+    host_seq_lens: np.ndarray          # the same two on the host (the torch reference loops over rows)
+    host_query_start: np.ndarray
+    num_uniform: int = 0               # leading rows of ``uniform_q_len`` queries each, attended in one batch
+    uniform_q_len: int = 1
+    use_kernel: bool = False           # Triton kernels (CUDA) rather than the torch reference
     cache: dict = field(default_factory=dict)     # masks shared by the layers of a group
 
 
@@ -84,36 +90,69 @@ def _gqa_sdpa(q, k, v, mask, scale):
     return o.reshape(b, kvh, rep, ql, d).permute(0, 3, 1, 2, 4).reshape(b, ql, heads, d)
 
 
-def _decode_masks(ctx: AttentionContext, g: int, window: int | None):
-    key = ("dec", g, window)
-    if key not in ctx.cache:
-        bt = ctx.groups[g].dec_block_table
-        tpb, ql = ctx.tokens_per_block, ctx.decode_q_len
-        length = bt.shape[1] * tpb
-        j = torch.arange(length, device=bt.device)
-        kv_lens = ctx.dec_kv_lens
-        qpos = kv_lens[:, None] - ql + torch.arange(ql, device=bt.device)[None]        # [Bd, ql]
-        held = (bt >= 0)[:, :, None].expand(bt.shape[0], bt.shape[1], tpb).reshape(bt.shape[0], length)
-        keep = held & (j[None] < kv_lens[:, None])                                     # [Bd, L]
-        mask = keep[:, None, :] & (j[None, None, :] <= qpos[:, :, None])               # [Bd, ql, L]
-        if window is not None:
-            mask = mask & (j[None, None, :] > qpos[:, :, None] - window)
-        ctx.cache[key] = (keep, mask)
-    return ctx.cache[key]
+def _held(bt, kv_lens, tpb):
+    """Block tables ``bt`` [B, MB] -> [B, MB * tpb]: the position's page is held and below the KV length."""
+    b, mb = bt.shape
+    j = torch.arange(mb * tpb, device=bt.device)
+    held = (bt >= 0)[:, :, None].expand(b, mb, tpb).reshape(b, mb * tpb)
+    return held & (j[None] < kv_lens[:, None])
 
 
-def _prefill_mask(ctx: AttentionContext, g: int, window: int | None, i: int, device):
-    key = ("pre", g, window, i)
-    if key not in ctx.cache:
-        _, n, pos = ctx.prefill[i]
-        first = ctx.groups[g].prefill_first_block[i] * ctx.tokens_per_block
-        kp = torch.arange(first, pos + n, device=device)
-        qp = torch.arange(pos, pos + n, device=device)
-        mask = kp[None] <= qp[:, None]
-        if window is not None:
-            mask = mask & (kp[None] > qp[:, None] - window)
-        ctx.cache[key] = mask[None]
-    return ctx.cache[key]
+def _pages(kv, bt, keep, dtype):
+    """K, V [B, kvh, MB * tpb, D] of block tables ``bt``; every position not in ``keep`` is zero."""
+    b, mb = bt.shape
+    pages = kv[bt.clamp(min=0)]                                   # [B, MB, 2, tpb, kvh, D]
+    pages = pages.permute(2, 0, 4, 1, 3, 5).reshape(2, b, kv.shape[-2], keep.shape[-1], kv.shape[-1])
+    pages = torch.where(keep[None, :, None, :, None], pages, torch.zeros((), dtype=pages.dtype, device=pages.device))
+    return pages[0].to(dtype), pages[1].to(dtype)
+
+
+def _query_mask(keep, qpos, window, first: int = 0):
+    """keep [B, L] (key j is position first + j), qpos [B, ql] -> [B, ql, L]: causal, windowed, held."""
+    j = first + torch.arange(keep.shape[-1], device=keep.device)
+    mask = keep[:, None, :] & (j[None, None, :] <= qpos[:, :, None])
+    if window is not None:
+        mask = mask & (j[None, None, :] > qpos[:, :, None] - window)
+    return mask
+
+
+def _row_plans(ctx: AttentionContext, g: int, window: int | None):
+    """Per group and window, what the layers share: (packed rows, block table, keep, mask) per attention call."""
+    key = (g, window)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    meta, tpb, dev = ctx.groups[g], ctx.tokens_per_block, ctx.seq_lens.device
+    plans = []
+    nu, ql = ctx.num_uniform, ctx.uniform_q_len
+    if nu:
+        kv_lens = ctx.seq_lens[:nu]
+        bt = meta.block_table[:nu]
+        keep = _held(bt, kv_lens, tpb)
+        qpos = kv_lens[:, None] - ql + torch.arange(ql, device=dev)[None]
+        plans.append(((0, nu * ql, nu, ql), bt, keep, _query_mask(keep, qpos, window)))
+    qs, lens = ctx.host_query_start, ctx.host_seq_lens
+    for s in range(nu, len(lens)):
+        a, b, kv_len = int(qs[s]), int(qs[s + 1]), int(lens[s])
+        if b == a or kv_len <= 0:
+            continue
+        pos0 = kv_len - (b - a)
+        first = max(0, (pos0 + 1 - window) // tpb) if window else 0
+        bt = meta.block_table[s:s + 1, first:(kv_len - 1) // tpb + 1]
+        keep = _held(bt, ctx.seq_lens[s:s + 1] - first * tpb, tpb)
+        qpos = torch.arange(pos0, kv_len, device=dev)[None]
+        plans.append(((a, b, 1, b - a), bt, keep, _query_mask(keep, qpos, window, first * tpb)))
+    ctx.cache[key] = plans
+    return plans
+
+
+def _torch_attention(ctx: AttentionContext, g: int, window: int | None, q, kv, scale):
+    """The reference: q [T, H, D] -> [T, H, D] (rows of no sequence, or of KV length 0, stay 0)."""
+    heads = q.shape[1]
+    out = torch.zeros_like(q)
+    for (a, b, rows, ql), bt, keep, mask in _row_plans(ctx, g, window):
+        k, v = _pages(kv, bt, keep, q.dtype)
+        out[a:b] = _gqa_sdpa(q[a:b].reshape(rows, ql, heads, -1), k, v, mask, scale).reshape(b - a, heads, -1)
+    return out
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -136,31 +175,17 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                          f"outside window {meta.window} (layer group {g}); the model spec and the model disagree")
     kv = ctx.layer_kv[layer]
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    heads = query.shape[1]
     q = query[0].transpose(0, 1)                   # [T, H, D]
-    k_new = key[0].transpose(0, 1).to(kv.dtype)    # [T, kv_heads, D]
-    v_new = value[0].transpose(0, 1).to(kv.dtype)
-    kv[:, 0].index_put_((meta.slot_block, meta.slot_offset), k_new)
-    kv[:, 1].index_put_((meta.slot_block, meta.slot_offset), v_new)
-
-    out = torch.empty_like(q)
-    if ctx.num_decode:
-        bd, ql = ctx.num_decode, ctx.decode_q_len
-        keep, mask = _decode_masks(ctx, g, window)
-        bt = meta.dec_block_table
-        pages = kv[bt.clamp(min=0)]                                   # [Bd, MB, 2, tpb, kvh, D]
-        pages = pages.permute(2, 0, 4, 1, 3, 5).reshape(2, bd, kv.shape[-2], -1, kv.shape[-1])  # [2, Bd, kvh, L, D]
-        pages = torch.where(keep[None, :, None, :, None], pages,
-                            torch.zeros((), dtype=pages.dtype, device=pages.device)).to(q.dtype)
-        qd = q[:bd * ql].reshape(bd, ql, heads, -1)
-        out[:bd * ql] = _gqa_sdpa(qd, pages[0], pages[1], mask, scale).reshape(bd * ql, heads, -1)
-    for i, (qs, n, pos) in enumerate(ctx.prefill):
-        blocks = meta.prefill_blocks[i]
-        first = meta.prefill_first_block[i] * ctx.tokens_per_block
-        pages = kv[blocks].permute(1, 3, 0, 2, 4).reshape(2, 1, kv.shape[-2], -1, kv.shape[-1])
-        pages = pages[:, :, :, :pos + n - first].to(q.dtype)          # [2, 1, kvh, L, D]
-        mask = _prefill_mask(ctx, g, window, i, q.device)
-        out[qs:qs + n] = _gqa_sdpa(q[qs:qs + n][None], pages[0], pages[1], mask, scale)[0]
+    k_new = key[0].transpose(0, 1)                 # [T, kv_heads, D]
+    v_new = value[0].transpose(0, 1)
+    if ctx.use_kernel:
+        triton_attention.store_kv(kv, k_new, v_new, meta.slot_block, meta.slot_offset)
+        out = triton_attention.paged_attention(q, kv, meta.block_table, ctx.seq_lens, ctx.query_start,
+                                               scale=scale, window=window, tpb=ctx.tokens_per_block)
+    else:
+        kv[:, 0].index_put_((meta.slot_block, meta.slot_offset), k_new.to(kv.dtype))
+        kv[:, 1].index_put_((meta.slot_block, meta.slot_offset), v_new.to(kv.dtype))
+        out = _torch_attention(ctx, g, window, q, kv, scale)
     return out[None], None
 
 

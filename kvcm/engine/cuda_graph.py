@@ -1,92 +1,91 @@
-"""CUDA-graph capture and replay of decode steps (SEMANTICS 7).
+"""CUDA-graph capture and replay of engine steps (SEMANTICS 7), and the graph-safe static path behind it.
 
-Shapes ``(batch size, draft len)`` come from ``kvcm.plan_warmup``: for each one it makes the ``bs - 1`` short
-generation dummies and the long one sized by ``get_num_available_tokens``; a shape whose dummies do not fit
-is *skipped* (with the reason) and later runs eagerly. For a shape that fits, a :class:`StaticDecode` is built:
-static input ids, positions, per layer group block tables (padded to ``ceil(max_seq_len / tpb)`` columns),
-slot mappings and KV lengths, and the decode forward runs on them. On CUDA it is captured into a graph; on the
-CPU the same static path runs eagerly, so it is tested everywhere.
+*Decode shapes* ``(batch size, draft len)`` come from ``kvcm.plan_warmup``: for each one it makes the
+``bs - 1`` short generation dummies and the long one sized by ``get_num_available_tokens``; a shape whose
+dummies do not fit is *skipped* (with the reason) and its batches later run eagerly. A shape that fits gets a
+:class:`StaticStep` of ``bs`` rows of ``1 + draft`` queries, filled from the dummies and captured. Batches
+smaller than a captured size are padded row-wise: a padding row writes its K/V to the engine's own *pad
+request* (held in every layer group) and attends only to it, so it can never touch a real request's pages.
 
-Batches smaller than a captured size are padded: a padding row writes its K/V to a page of its own (the
-*pad request*, one block per layer group held by the engine) and attends only to that slot, so it can never
-touch a real request's pages.
+*Token buckets* (CUDA with the Triton kernels): steps that mix decodes and prefill chunks, which continuous
+batching makes most steps once requests come and go, replay a graph of ``T`` tokens and up to
+``max_batch_size`` sequences, padded in bulk (one padding row of KV length 0, so attention skips it). The
+kernels' launch shape depends only on (tokens, rows), so one capture serves every mix that fits.
 
 Warmup runs twice, as engines do: on the estimation cache (a temporary manager; its dummies are run once,
 eagerly, since graphs captured there would point at pages about to be freed) and on the final cache, where the
-graphs are captured. Replaying a graph gives the same greedy tokens as the eager path.
+graphs are captured. On the CPU the static path runs eagerly (``capture=False``), so the suites test it
+everywhere; replaying a graph gives the same greedy tokens as the eager path.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from .attention import AttentionContext, GroupMeta
+from .batch import StepBuffers, ceil_div
 from .runner import ModelRunner, StepItem
 
 PAD_REQUEST = "__kvcm_graph_pad__"
 
 
-class StaticDecode:
-    """Static buffers and the decode forward for ``bs`` sequences of ``q_len`` query tokens each."""
+@dataclass(frozen=True)
+class StepShape:
+    """What decides which static step can run a step: sequences, tokens, logit rows, and the query length
+    when every item is a decode of the same length (else None)."""
+    num_seqs: int
+    num_tokens: int
+    num_logits: int
+    decode_q_len: int | None
 
-    def __init__(self, runner: ModelRunner, bs: int, q_len: int, max_seq_len: int, pad_tables: list[list[int]]):
-        self.runner, self.bs, self.q_len = runner, bs, q_len
-        dev, tpb = runner.device, runner.tpb
-        self.max_blocks = -(-max_seq_len // tpb)
-        self.pad_blocks = [t[0] for t in pad_tables]
-        n = bs * q_len
-        self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
-        self.positions = torch.zeros(n, dtype=torch.long, device=dev)
-        self.kv_lens = torch.ones(bs, dtype=torch.long, device=dev)
-        self.groups = [GroupMeta(w, torch.zeros(n, dtype=torch.long, device=dev),
-                                 torch.zeros(n, dtype=torch.long, device=dev),
-                                 torch.full((bs, self.max_blocks), -1, dtype=torch.long, device=dev))
-                       for w in runner.windows]
+    @classmethod
+    def of(cls, items: list[StepItem]) -> "StepShape":
+        q_lens = {len(it.token_ids) for it in items}
+        q = q_lens.pop() if len(q_lens) == 1 and all(it.decode for it in items) else None
+        return cls(len(items), sum(len(it.token_ids) for it in items), sum(it.num_logits for it in items), q)
+
+
+class StaticStep:
+    """Fixed buffers for ``num_tokens`` tokens of up to ``num_seqs`` sequences, and the forward over them.
+    ``q_len`` set: a decode shape (every row ``q_len`` queries, row-wise padding); else a bulk-padded bucket."""
+
+    def __init__(self, runner: ModelRunner, *, num_tokens: int, num_seqs: int, num_logits: int,
+                 max_seq_len: int, pad_tables: list[list[int]], q_len: int | None = None):
+        self.runner, self.q_len, self.pad_tables = runner, q_len, pad_tables
+        self.buf = StepBuffers(num_tokens=num_tokens, num_seqs=num_seqs, num_logits=num_logits,
+                               width=ceil_div(max_seq_len, runner.tpb), num_groups=len(runner.windows),
+                               device=runner.device, pinned=True)
+        self.ctx = None
         self.graph = None
         self.logits = None
 
-    def fill(self, items: list[StepItem]) -> None:
-        """Copy a step's metadata into the static buffers; rows past ``len(items)`` become padding."""
-        if len(items) > self.bs or any(len(it.token_ids) != self.q_len for it in items):
-            raise ValueError(f"static decode (bs={self.bs}, q_len={self.q_len}) cannot run "
-                             f"{len(items)} items of query lengths {sorted({len(it.token_ids) for it in items})}")
-        tpb, ql, mgr = self.runner.tpb, self.q_len, self.runner.mgr
-        pad = self.bs - len(items)
-        ids, pos, lens = [], [], []
-        for it in items:
-            ids += it.token_ids
-            pos += range(it.start, it.start + ql)
-            lens.append(it.start + ql)
-        ids += [0] * (pad * ql)
-        pos += [0] * (pad * ql)
-        lens += [1] * pad
-        tables = [mgr.block_table(it.request_id) for it in items]
-        for g, meta in enumerate(self.groups):
-            blk, off, rows = [], [], []
-            for it, tab in zip(items, tables):
-                row = tab[g]
-                for p in range(it.start, it.start + ql):
-                    b, o = self.runner._slot(row, p, it.request_id, g)
-                    blk.append(b)
-                    off.append(o)
-                need = -(-(it.start + ql) // tpb)
-                rows.append(row[:need] + [-1] * (self.max_blocks - need))
-            blk += [self.pad_blocks[g]] * (pad * ql)
-            off += [0] * (pad * ql)
-            rows += [[self.pad_blocks[g]] + [-1] * (self.max_blocks - 1)] * pad
-            meta.slot_block.copy_(torch.tensor(blk, dtype=torch.long), non_blocking=True)
-            meta.slot_offset.copy_(torch.tensor(off, dtype=torch.long), non_blocking=True)
-            meta.dec_block_table.copy_(torch.tensor(rows, dtype=torch.long), non_blocking=True)
-        self.input_ids.copy_(torch.tensor(ids, dtype=torch.long), non_blocking=True)
-        self.positions.copy_(torch.tensor(pos, dtype=torch.long), non_blocking=True)
-        self.kv_lens.copy_(torch.tensor(lens, dtype=torch.long), non_blocking=True)
+    @property
+    def num_tokens(self) -> int:
+        return self.buf.num_tokens
+
+    def fits(self, shape: "StepShape") -> bool:
+        b = self.buf
+        if shape.num_seqs == 0 or shape.num_seqs > b.num_seqs or shape.num_logits > b.num_logits:
+            return False
+        if self.q_len is not None:
+            return shape.decode_q_len == self.q_len
+        return shape.num_tokens == b.num_tokens or (shape.num_tokens < b.num_tokens and shape.num_seqs < b.num_seqs)
+
+    def fill(self, items: list[StepItem]) -> int:
+        """Copy a step into the buffers; returns how many logit rows are real."""
+        if items and not self.fits(StepShape.of(items)):
+            raise ValueError(f"a step of {len(items)} items does not fit the static step of {self.buf.num_seqs} "
+                             f"rows and {self.buf.num_tokens} tokens (query length {self.q_len})")
+        ctx = self.runner.fill(self.buf, items, pad_tables=self.pad_tables, pad_q_len=self.q_len)
+        if self.ctx is None:
+            self.ctx = ctx
+        else:   # the captured context: same tensors; the host-side row split is refreshed for the torch path
+            self.ctx.num_uniform, self.ctx.uniform_q_len, self.ctx.cache = ctx.num_uniform, ctx.uniform_q_len, {}
+        return sum(it.num_logits for it in items)
 
     def forward(self) -> torch.Tensor:
-        """The graph-safe decode forward: tensors only, fixed shapes; logits for every row."""
-        r = self.runner
-        ctx = AttentionContext(r.layer_kv, r.group_of_layer, r.tpb, self.groups, num_decode=self.bs,
-                               decode_q_len=self.q_len, dec_kv_lens=self.kv_lens)
-        hidden = r.forward_hidden(self.input_ids, self.positions, ctx)
-        return r.lm_head(hidden)
+        """The graph-safe forward: logits of every logit row, [R, vocab]."""
+        return self.runner.forward(self.buf, self.ctx)
 
     def capture(self, pool=None) -> None:
         stream = torch.cuda.Stream()
@@ -100,46 +99,73 @@ class StaticDecode:
             self.logits = self.forward()
 
     def run(self, items: list[StepItem]) -> torch.Tensor:
-        """Logits of each item's last query token, [len(items), vocab]."""
-        self.fill(items)
+        """Logits of the items' logit rows, [sum of num_logits, vocab]."""
+        k = self.fill(items)
         if self.graph is not None:
             self.graph.replay()
-            logits = self.logits
-        else:
-            logits = self.forward()
-        return logits.view(self.bs, self.q_len, -1)[:len(items), -1]
+            return self.logits[:k]
+        return self.forward()[:k]
 
 
-class DecodeGraphs:
-    """The captured (or, on the CPU, statically run) decode shapes of one manager."""
+def default_token_buckets(max_batch_size: int, max_num_tokens: int | None, *, limit: int = 8192) -> list[int]:
+    """Default bucket sizes: powers of two from 16 to ``min(max_num_tokens or limit, limit)``."""
+    top = min(max_num_tokens or limit, limit)
+    sizes, t = [], 16
+    while t < top:
+        sizes.append(t)
+        t *= 2
+    return sizes + [top]
+
+
+class StepGraphs:
+    """The captured (or, on the CPU, statically run) steps of one manager: decode shapes and token buckets."""
 
     def __init__(self, runner: ModelRunner, max_seq_len: int, *, capture: bool | None = None):
         self.runner, self.mgr, self.max_seq_len = runner, runner.mgr, max_seq_len
         self.capture = runner.device.type == "cuda" if capture is None else capture
         if self.capture and runner.device.type != "cuda":
             raise ValueError(f"CUDA graphs need device='cuda', got {runner.device}")
-        self.shapes: dict[tuple[int, int], StaticDecode] = {}
+        self.shapes: dict[tuple[int, int], StaticStep] = {}      # (batch size, query length) -> decode shape
+        self.buckets: dict[int, StaticStep] = {}                 # tokens -> mixed-step bucket
         self.reports = []
-        self.num_replays = 0      # decode steps served by a static shape (graph replays on CUDA)
+        self.num_replays = 0      # steps served by a static step (graph replays on CUDA)
+        self.num_bucket_replays = 0   # of which on a token bucket (steps with prefill chunks)
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
         if not self.mgr.has_request(PAD_REQUEST):
-            self.mgr.begin_context_chunk(PAD_REQUEST, 0, 1, 1)
+            q = 1 + self.mgr.max_draft_len          # padding rows of the widest decode shape fit its pages
+            self.mgr.begin_context_chunk(PAD_REQUEST, 0, q, q)
         self.pad_tables = self.mgr.block_table(PAD_REQUEST)
 
     def release(self) -> None:
         self.shapes.clear()
+        self.buckets.clear()
         if self.mgr.has_request(PAD_REQUEST):
             self.mgr.free_resources(PAD_REQUEST)
+
+    def _static(self, **kw) -> StaticStep:
+        return StaticStep(self.runner, max_seq_len=self.max_seq_len, pad_tables=self.pad_tables, **kw)
+
+    @torch.inference_mode()
+    def capture_buckets(self, sizes: list[int]) -> None:
+        """Token buckets, largest first (they share the graph memory pool), filled with padding only."""
+        rows = self.mgr.max_batch_size + 1
+        for t in sorted(set(sizes), reverse=True):
+            static = self._static(num_tokens=t, num_seqs=rows, num_logits=rows)
+            static.fill([])
+            if self.capture:
+                static.capture(self.pool)
+            self.buckets[t] = static
 
     @torch.inference_mode()
     def warmup(self, *, batch_sizes=None, draft_lens=None, two_model: bool = False, cache: str = "final",
                keep: bool = True):
-        """Plan, fit, run (and on CUDA capture) every shape; returns the ``kvcm.WarmupReport``."""
+        """Plan, fit, run (and on CUDA capture) every decode shape; returns the ``kvcm.WarmupReport``."""
         import kvcm
 
         def on_fit(shape, dummies):
             q_len = 1 + shape.draft_len
-            static = StaticDecode(self.runner, shape.batch_size, q_len, self.max_seq_len, self.pad_tables)
+            n = shape.batch_size * q_len
+            static = self._static(num_tokens=n, num_seqs=shape.batch_size, num_logits=n, q_len=q_len)
             static.fill(self.runner.dummy_items(dummies))
             if self.capture and keep:
                 static.capture(self.pool)
@@ -153,23 +179,19 @@ class DecodeGraphs:
         self.reports.append(report)
         return report
 
-    def _pick(self, items: list[StepItem]) -> StaticDecode | None:
-        if not items or not all(it.decode for it in items):
-            return None
-        q_len = len(items[0].token_ids)
-        fits = [bs for (bs, ql) in self.shapes if ql == q_len and bs >= len(items)]
-        return self.shapes[(min(fits), q_len)] if fits else None
-
-    def can_run(self, items: list[StepItem]) -> bool:
-        return self._pick(items) is not None
+    def pick(self, items: list[StepItem]) -> StaticStep | None:
+        """The smallest static step the items fit: a decode shape when there is one, else a token bucket."""
+        shape = StepShape.of(items)
+        fits = [s for s in self.shapes.values() if s.fits(shape)]
+        if not fits:
+            fits = [s for s in self.buckets.values() if s.fits(shape)]
+        return min(fits, key=lambda s: s.num_tokens) if fits else None
 
     @torch.inference_mode()
-    def run(self, items: list[StepItem]) -> torch.Tensor:
-        static = self._pick(items)
-        if static is None:
-            raise ValueError(f"no captured decode shape for {len(items)} items")
+    def run(self, static: StaticStep, items: list[StepItem]) -> torch.Tensor:
         self.runner._trace(items)
         self.num_replays += 1
+        self.num_bucket_replays += static.q_len is None
         return static.run(items)
 
 
@@ -190,7 +212,7 @@ def warmup_estimation(llm, *, batch_sizes=None, draft_lens=None, two_model=False
     """Warm up on a temporary estimation cache and free it; returns its report."""
     est = estimation_manager(llm)
     try:
-        graphs = DecodeGraphs(ModelRunner(llm.model, est, llm.device), llm.max_seq_len, capture=False)
+        graphs = StepGraphs(ModelRunner(llm.model, est, llm.device), llm.max_seq_len, capture=False)
         report = graphs.warmup(batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model,
                                cache="estimation", keep=False)
         graphs.release()
@@ -201,12 +223,17 @@ def warmup_estimation(llm, *, batch_sizes=None, draft_lens=None, two_model=False
     return report
 
 
-def setup_cuda_graphs(llm, *, batch_sizes=None, estimation: bool = True, capture: bool | None = None):
-    """Estimation warmup, then capture on the final cache. Draft shapes D (and 0, which plain decode uses)."""
+def setup_cuda_graphs(llm, *, batch_sizes=None, token_buckets=None, estimation: bool = True,
+                      capture: bool | None = None):
+    """Estimation warmup, then on the final cache: token buckets, then decode shapes D (and 0, which plain
+    decode uses). Buckets default to ``token_buckets(B, N)`` where the Triton kernels run, none elsewhere."""
     d = llm.max_draft_len
     two_model = d > 0
     reports = [warmup_estimation(llm, batch_sizes=batch_sizes, two_model=two_model)] if estimation else []
-    graphs = DecodeGraphs(llm.runner, llm.max_seq_len, capture=capture)
+    graphs = StepGraphs(llm.runner, llm.max_seq_len, capture=capture)
+    if token_buckets is None and llm.runner.use_kernel:
+        token_buckets = default_token_buckets(llm.max_batch_size, llm.max_num_tokens)
+    graphs.capture_buckets(token_buckets or [])
     reports.append(graphs.warmup(batch_sizes=batch_sizes, two_model=two_model))
     llm.warmup_reports = reports
     return graphs

@@ -60,9 +60,10 @@ class LLM:
                  max_batch_size: int = 64, max_seq_len: int = 2048, max_num_tokens: int | None = None,
                  device="cpu", trace: bool = False, manager=None, max_draft_len: int = 0,
                  cuda_graph: bool = False, cuda_graph_batch_sizes: list[int] | None = None,
-                 graph_capture: bool | None = None):
+                 cuda_graph_token_buckets: list[int] | None = None, graph_capture: bool | None = None):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
-        steps; captured on CUDA, run statically (eagerly) on the CPU unless ``graph_capture`` says otherwise."""
+        steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
+        (eagerly) on the CPU unless ``graph_capture`` says otherwise."""
         import kvcm
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
@@ -88,7 +89,8 @@ class LLM:
         self.runner = ModelRunner(self.model, self.manager, self.device, self.tracer)
         if cuda_graph:
             from .cuda_graph import setup_cuda_graphs
-            self.graphs = setup_cuda_graphs(self, batch_sizes=cuda_graph_batch_sizes, estimation=False,
+            self.graphs = setup_cuda_graphs(self, batch_sizes=cuda_graph_batch_sizes,
+                                            token_buckets=cuda_graph_token_buckets, estimation=False,
                                             capture=graph_capture)
             self.warmup_reports = ([est_report] if est_report else []) + self.warmup_reports
 
@@ -113,10 +115,8 @@ class LLM:
 
     def _step(self, scheduler: Scheduler):
         seqs, items = scheduler.schedule()
-        if self.graphs is not None and self.graphs.can_run(items):
-            logits = self.graphs.run(items)
-        else:
-            logits = self.runner.run(items)
+        static = self.graphs.pick(items) if self.graphs is not None else None
+        logits = self.graphs.run(static, items) if static is not None else self.runner.run(items)
         tokens, margins = sampler.greedy(logits)
         return scheduler.postprocess(seqs, items, tokens, margins)
 

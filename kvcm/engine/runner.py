@@ -3,7 +3,8 @@ each sequence's last token.
 
 The decoder body (``model.model``) runs on every token; the LM head only on the rows whose logits are sampled,
 which for a long prefill is most of the head's cost saved. The manager calls (begin/end of a chunk or a step)
-are the scheduler's job; the runner only reads block tables and histories.
+are the scheduler's job; the runner only reads block tables and histories. The same ``fill`` + ``forward``
+serve an eager step (buffers sized to it) and a CUDA graph (fixed buffers, padded: ``cuda_graph.py``).
 """
 from __future__ import annotations
 
@@ -12,20 +13,27 @@ from dataclasses import dataclass
 
 import torch
 
-from . import attention
+from . import attention, triton_attention
 from .attention import AttentionContext, GroupMeta
+from .batch import Filled, StepBuffers
 from .trace import Tracer
 
 
 @dataclass
 class StepItem:
-    """One sequence's share of a forward: ``token_ids`` sit at positions ``start ..``; decodes come first."""
+    """One sequence's share of a forward: ``token_ids`` sit at positions ``start ..``; decodes come first.
+    ``num_logits``: how many of its last positions' logits the step returns (0 for a prefill chunk that does not
+    end the prompt, 1 + drafts for a speculative verification)."""
     request_id: object
     token_ids: list[int]
     start: int
     decode: bool
-    want_logits: bool = True
+    num_logits: int = 1
     phase: str = ""
+
+    @property
+    def want_logits(self) -> bool:
+        return self.num_logits > 0
 
 
 class ModelRunner:
@@ -40,6 +48,7 @@ class ModelRunner:
         self.layer_kv = {li: mgr.layer_kv(li) for li in range(self.num_layers)}
         self.group_of_layer = {li: mgr.group_of_layer(li) for li in range(self.num_layers)}
         self.windows = [g.window for g in mgr.layer_groups]
+        self.use_kernel = triton_attention.available(self.device.type)
         # every config object the attention modules read ``_attn_implementation`` from
         self._configs = list({id(m.config): m.config for m in model.modules()
                               if hasattr(m, "config") and hasattr(m.config, "_attn_implementation")}.values())
@@ -60,55 +69,25 @@ class ModelRunner:
             attention.set_context(None)
 
     # ---- metadata --------------------------------------------------------------------------------------------
-    def _slot(self, table: list[int], p: int, rid, g: int) -> tuple[int, int]:
-        b = table[p // self.tpb] if p // self.tpb < len(table) else -1
-        if b < 0:
-            raise RuntimeError(f"request {rid!r}: position {p} (logical block {p // self.tpb}) of layer group {g} "
-                               f"has no page (table length {len(table)}); capacity must cover every new token")
-        return b, p % self.tpb
+    def tables(self, items: list[StepItem]) -> list[list[list[int]]]:
+        return [self.mgr.block_table(it.request_id) for it in items]
 
-    def build_context(self, items: list[StepItem]) -> AttentionContext:
-        tpb, dev = self.tpb, self.device
-        decodes = [it for it in items if it.decode]
-        q_lens = {len(it.token_ids) for it in decodes}
-        if len(q_lens) > 1:
-            raise ValueError(f"decode items must share one query length, got {sorted(q_lens)}")
-        tables = [self.mgr.block_table(it.request_id) for it in items]
-        groups = []
-        for g, window in enumerate(self.windows):
-            blocks, offsets = [], []
-            for it, tab in zip(items, tables):
-                for p in range(it.start, it.start + len(it.token_ids)):
-                    b, o = self._slot(tab[g], p, it.request_id, g)
-                    blocks.append(b)
-                    offsets.append(o)
-            meta = GroupMeta(window, torch.tensor(blocks, dtype=torch.long, device=dev),
-                             torch.tensor(offsets, dtype=torch.long, device=dev))
-            if decodes:
-                need = [-(-(it.start + len(it.token_ids)) // tpb) for it in decodes]
-                width = max(need)
-                rows = [tab[g][:n] + [-1] * (width - n) for tab, n in zip(tables, need)]
-                meta.dec_block_table = torch.tensor(rows, dtype=torch.long, device=dev)
-            for it, tab in zip(items[len(decodes):], tables[len(decodes):]):
-                first = max(0, (it.start + 1 - window) // tpb) if window else 0
-                last = (it.start + len(it.token_ids) - 1) // tpb
-                ids = tab[g][first:last + 1]
-                if len(ids) != last + 1 - first or min(ids) < 0:
-                    raise RuntimeError(f"request {it.request_id!r}: layer group {g} lacks a page in blocks "
-                                       f"{first}..{last} the chunk at position {it.start} attends to: {ids}")
-                meta.prefill_blocks.append(torch.tensor(ids, dtype=torch.long, device=dev))
-                meta.prefill_first_block.append(first)
-            groups.append(meta)
-        ctx = AttentionContext(self.layer_kv, self.group_of_layer, tpb, groups, num_decode=len(decodes),
-                               decode_q_len=q_lens.pop() if q_lens else 1)
-        if decodes:
-            ctx.dec_kv_lens = torch.tensor([it.start + len(it.token_ids) for it in decodes], dtype=torch.long,
-                                           device=dev)
-        qs = sum(len(it.token_ids) for it in decodes)
-        for it in items[len(decodes):]:
-            ctx.prefill.append((qs, len(it.token_ids), it.start))
-            qs += len(it.token_ids)
-        return ctx
+    def fill(self, buf: StepBuffers, items: list[StepItem], **pad) -> AttentionContext:
+        """Write a step into ``buf``; returns the attention context over ``buf``'s device tensors."""
+        order = sorted(range(len(items)), key=lambda i: not items[i].decode)
+        if order != list(range(len(items))):
+            raise ValueError("decode items must come before prefill items")
+        filled = buf.fill(items, self.tables(items), tpb=self.tpb, **pad)
+        return self.context(buf, filled)
+
+    def context(self, buf: StepBuffers, filled: Filled) -> AttentionContext:
+        d = buf.d
+        groups = [GroupMeta(w, d[f"slot_block{g}"], d[f"slot_offset{g}"], d[f"block_table{g}"])
+                  for g, w in enumerate(self.windows)]
+        return AttentionContext(self.layer_kv, self.group_of_layer, self.tpb, groups, d["seq_lens"],
+                                d["query_start"], buf.h["seq_lens"], buf.h["query_start"],
+                                num_uniform=filled.num_uniform, uniform_q_len=filled.uniform_q_len,
+                                use_kernel=self.use_kernel)
 
     # ---- forward ---------------------------------------------------------------------------------------------
     def _trace(self, items: list[StepItem]) -> None:
@@ -127,25 +106,19 @@ class ModelRunner:
             out = self.base(input_ids=input_ids[None], position_ids=positions[None], use_cache=False)
         return out.last_hidden_state[0]
 
+    def forward(self, buf: StepBuffers, ctx: AttentionContext) -> torch.Tensor:
+        """Logits of ``buf``'s logit rows, [R, vocab]; tensors only, so a CUDA graph can capture it."""
+        hidden = self.forward_hidden(buf.d["input_ids"], buf.d["positions"], ctx)
+        return self.lm_head(hidden[buf.d["logit_rows"]])
+
     @torch.inference_mode()
     def run(self, items: list[StepItem]) -> torch.Tensor:
-        """One packed forward; returns logits [num items wanting logits, vocab] (their last token's)."""
-        order = sorted(range(len(items)), key=lambda i: not items[i].decode)
-        if order != list(range(len(items))):
-            raise ValueError("decode items must come before prefill items")
-        ctx = self.build_context(items)
-        ids, pos, last = [], [], []
-        for it in items:
-            ids.extend(it.token_ids)
-            pos.extend(range(it.start, it.start + len(it.token_ids)))
-            if it.want_logits:
-                last.append(len(ids) - 1)
+        """One packed forward; returns logits [sum of num_logits, vocab] in item order."""
+        tables = self.tables(items)
+        buf = StepBuffers.for_items(items, tables, tpb=self.tpb, device=self.device)
+        ctx = self.fill(buf, items)
         self._trace(items)
-        hidden = self.forward_hidden(torch.tensor(ids, dtype=torch.long, device=self.device),
-                                     torch.tensor(pos, dtype=torch.long, device=self.device), ctx)
-        if not last:
-            return hidden.new_empty((0, self.lm_head.out_features))
-        return self.lm_head(hidden[torch.tensor(last, device=self.device)])
+        return self.forward(buf, ctx)
 
     def dummy_items(self, dummies) -> list[StepItem]:
         """Decode items for generation dummies (``mgr.add_dummy_requests(..., is_gen=True)``): each runs
@@ -154,7 +127,7 @@ class ModelRunner:
         for d in dummies:
             n = 1 + d.max_num_draft_tokens
             items.append(StepItem(d.request_id, [0] * n, self.mgr.get_history(d.request_id), decode=True,
-                                  phase="dummy"))
+                                  num_logits=n, phase="dummy"))
         return items
 
     def run_dummy_decode(self, dummies) -> torch.Tensor:

@@ -75,16 +75,22 @@ class Scheduler:
         seqs: list[Sequence] = []
         items: list[StepItem] = []
         scheduled: set = set()
+        begin_generation = self.mgr.begin_generation
         for seq in list(self.running):
             if seq.is_prefilling or len(seqs) >= self.max_batch_size or budget < 1:
                 continue
-            if seq not in self.running:   # preempted by an earlier grow in this loop
+            if seq.status is not Status.RUNNING:   # preempted by an earlier grow in this loop
                 continue
-            if self._grow(seq, lambda s=seq: self.mgr.begin_generation(s.request_id), scheduled):
-                scheduled.add(seq.request_id)
-                seqs.append(seq)
-                items.append(StepItem(seq.request_id, [seq.token_ids[-1]], seq.num_tokens - 1, decode=True))
-                budget -= 1
+            rid = seq.request_id
+            try:
+                begin_generation(rid)
+            except self._oop:
+                if not self._grow(seq, lambda s=seq: begin_generation(s.request_id), scheduled):
+                    continue
+            scheduled.add(rid)
+            seqs.append(seq)
+            items.append(StepItem(rid, [seq.last_token], seq.num_tokens - 1, decode=True))
+            budget -= 1
         # chunks of sequences part way through their prefill, then new ones
         for seq in [s for s in self.running if s.is_prefilling] + list(self.waiting):
             if len(seqs) >= self.max_batch_size or budget < 1:
@@ -105,7 +111,7 @@ class Scheduler:
             scheduled.add(seq.request_id)
             seqs.append(seq)
             items.append(StepItem(seq.request_id, seq.token_ids[start:start + n], start, decode=False,
-                                  want_logits=start + n == seq.prefill_len))
+                                  num_logits=int(start + n == seq.prefill_len)))
             budget -= n
         if not items and self.has_work:
             head = self.waiting[0] if self.waiting else self.running[0]

@@ -120,22 +120,9 @@ class SpeculativeLLM:
     @torch.inference_mode()
     def _logits(self, runner: ModelRunner, items: list[StepItem], rows_per_item: list[int]) -> list[torch.Tensor]:
         """One packed forward; for each item the logits of its last ``rows_per_item[i]`` positions."""
-        ctx = runner.build_context(items)
-        ids, pos, rows = [], [], []
         for it, k in zip(items, rows_per_item):
-            ids.extend(it.token_ids)
-            pos.extend(range(it.start, it.start + len(it.token_ids)))
-            rows.append((len(ids) - k, k))
-        dev = runner.device
-        hidden = runner.forward_hidden(torch.tensor(ids, dtype=torch.long, device=dev),
-                                       torch.tensor(pos, dtype=torch.long, device=dev), ctx)
-        sel = torch.tensor([r for s, k in rows for r in range(s, s + k)], dtype=torch.long, device=dev)
-        logits = runner.lm_head(hidden[sel])
-        out, o = [], 0
-        for _, k in rows:
-            out.append(logits[o:o + k])
-            o += k
-        return out
+            it.num_logits = k
+        return list(runner.run(items).split(rows_per_item))
 
     # ---- life cycle -----------------------------------------------------------------------------------------
     def _free(self, seq: SpecSequence) -> None:

@@ -84,3 +84,81 @@ def test_cuda_graph_replay_matches_eager_on_gpu(kvcm_version, dtype):
     if dtype == torch.float32:
         refs = hf_generate(model, prompts, 32, eos_token_id=[])
         assert [o.token_ids for o in outs] == [r.token_ids for r in refs]
+
+
+def _boundary_llm(model, version, draft, device="cpu", dtype="float32"):
+    """A cache of 8 blocks of 8 tokens under max_seq_len 96: every long warmup dummy is sized by
+    get_num_available_tokens below S, so at least the bs=1 shape sits exactly on a page boundary."""
+    return _llm(model, version, max_tokens=64, max_seq_len=96, max_batch_size=4, cuda_graph=True,
+                max_draft_len=draft, device=device, dtype=dtype, cuda_graph_token_buckets=[])
+
+
+@pytest.mark.parametrize("draft", [0, 4])
+def test_warmup_on_a_page_boundary_captures_every_shape(kvcm_version, draft):
+    """The historic one-token-too-large generation dummy needs one block more than the boundary leaves: the
+    shape is skipped (and its batches run uncaptured). Every shape must fit, on both caches."""
+    model, _ = tiny_model("llama", seed=2)
+    llm = _boundary_llm(model, kvcm_version, draft)
+    for report in llm.warmup_reports:
+        assert report.skipped == [] and report.captured == report.planned, str(report)
+    final = llm.warmup_reports[-1]
+    one = kvcm.WarmupShape(1, draft)
+    assert (final.long_token_nums[one] + draft) % 8 == 0, "the bs=1 long dummy must end on a page boundary"
+    prompts = _prompts((6, 11, 3), seed=3)
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    outs = llm.generate(prompts, params)
+    assert llm.graphs.num_replays > 0
+    ref = _llm(model, kvcm_version, max_tokens=64, max_seq_len=96, max_batch_size=4).generate(prompts, params)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
+
+
+def test_mixed_steps_replay_token_buckets(kvcm_version):
+    """More prompts than batch slots: requests finish and new ones are admitted while others decode, so most steps
+    mix prefill chunks and decodes. Those steps run on the bulk-padded token buckets and give the eager tokens."""
+    model, _ = tiny_model("mistral", seed=4)
+    prompts = _prompts((9, 30, 4, 22, 13, 7, 26, 5), seed=8)
+    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
+    kw = dict(max_batch_size=4, max_num_tokens=32)
+    eager = _llm(model, kvcm_version, **kw).generate(prompts, params)
+    llm = _llm(model, kvcm_version, cuda_graph=True, cuda_graph_batch_sizes=[1, 2, 4],
+               cuda_graph_token_buckets=[16, 32], **kw)
+    outs = llm.generate(prompts, params)
+    assert llm.graphs.num_bucket_replays > 0 and llm.graphs.num_replays > llm.graphs.num_bucket_replays
+    assert [o.token_ids for o in outs] == [o.token_ids for o in eager]
+
+
+@pytest.mark.gpu(count=1)
+@pytest.mark.parametrize("draft", [0, 4])
+def test_warmup_on_a_page_boundary_captures_every_shape_on_gpu(kvcm_version, draft):
+    """The same page-boundary warmup on CUDA: every planned shape is a captured graph, and replays give the
+    eager tokens (bf16)."""
+    model, _ = tiny_model("llama", seed=2, dtype=torch.bfloat16, device="cuda")
+    llm = _boundary_llm(model, kvcm_version, draft, device="cuda", dtype="bfloat16")
+    for report in llm.warmup_reports:
+        assert report.skipped == [] and report.captured == report.planned, str(report)
+    assert len(llm.graphs.shapes) == len(llm.warmup_reports[-1].planned)
+    assert all(s.graph is not None for s in llm.graphs.shapes.values())
+    prompts = _prompts((6, 11, 3), seed=3)
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    outs = llm.generate(prompts, params)
+    ref = _llm(model, kvcm_version, max_tokens=64, max_seq_len=96, max_batch_size=4, device="cuda",
+               dtype="bfloat16").generate(prompts, params)
+    assert llm.graphs.num_replays > 0
+    assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
+
+
+@pytest.mark.gpu(count=1)
+def test_token_bucket_graphs_match_eager_on_gpu(kvcm_version):
+    """Mixed steps replay captured token buckets on CUDA: same tokens as eager and as HF generate (fp32)."""
+    model, _ = tiny_model("mistral", seed=4, device="cuda")
+    prompts = _prompts((9, 30, 4, 22, 13, 7, 26, 5), seed=8)
+    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
+    kw = dict(max_batch_size=4, max_num_tokens=32, device="cuda")
+    eager = _llm(model, kvcm_version, **kw).generate(prompts, params)
+    llm = _llm(model, kvcm_version, cuda_graph=True, **kw)
+    assert sorted(llm.graphs.buckets) == [16, 32] and all(s.graph is not None for s in llm.graphs.buckets.values())
+    outs = llm.generate(prompts, params)
+    assert llm.graphs.num_bucket_replays > 0
+    assert [o.token_ids for o in outs] == [o.token_ids for o in eager]
+    refs = hf_generate(model, prompts, 20, eos_token_id=[])
+    assert [o.token_ids for o in outs] == [r.token_ids for r in refs]

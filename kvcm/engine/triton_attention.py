@@ -1,0 +1,202 @@
+"""Triton kernels for the paged cache on CUDA: one launch writes a step's K/V into the pages, one launch attends.
+
+The attention kernel reads a packed step the way the torch reference in ``attention.py`` does: sequence ``s``
+owns query rows ``query_start[s] .. query_start[s + 1]`` at positions ``seq_lens[s] - q_len .. seq_lens[s] - 1``
+and reads keys ``0 .. position`` (or the last ``window`` of them) through its block-table row. Decodes,
+speculative verification (``1 + D`` queries) and prefill chunks are one launch; nothing is gathered or padded,
+so a decode costs what its own KV costs, and the launch shape depends only on (tokens, rows): graph-safe.
+
+Each program takes ``BLOCK_Q`` query tokens of one sequence and one KV head; the ``REP`` query heads of that
+KV head are folded into the rows of the tile (GQA without repeating K/V), and keys stream in tiles of
+``TILE_N`` positions with an online softmax. A key is read only if its position is in the query's causal
+(and window) range and its block-table entry is a page (``>= 0``): released and foreign pages are never read,
+and masked lanes load zeros, so garbage (even NaN) in a recycled page cannot reach the output. A row with no
+key at all (padding rows of a graph with KV length 0) writes zeros.
+
+``TRITON_INTERPRET=1`` runs both kernels on CPU tensors, which is how the CPU suites check them against the
+torch reference.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the torch reference path runs everywhere; these kernels only where Triton is
+    triton = tl = None
+
+TILE_N = 32                      # key positions per inner step (>= 16 for tl.dot)
+NO_WINDOW = 1 << 30              # full attention: a window longer than any sequence
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.cache
+def available(device_type: str) -> bool:
+    """Kernels run on CUDA with Triton installed, or anywhere under ``TRITON_INTERPRET=1`` (for tests)."""
+    if triton is None:
+        return False
+    return device_type == "cuda" or (interpreted() and device_type == "cpu")
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def tile_shape(num_heads: int, num_kv_heads: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_Q): rows of a program's query tile and the query tokens they cover (REP heads each)."""
+    rep = num_heads // num_kv_heads
+    block_m = max(16, _next_pow2(rep))
+    return block_m, max(1, block_m // rep)
+
+
+def num_programs(num_tokens: int, num_seqs: int, block_q: int) -> int:
+    """Upper bound of the query blocks of a step: every sequence may leave one block partly empty."""
+    return num_tokens // block_q + num_seqs
+
+
+if triton is not None:
+
+    @triton.jit
+    def _store_kv_kernel(k_ptr, v_ptr, kv_ptr, blk_ptr, off_ptr,
+                         s_kt, s_kh, s_vt, s_vh, s_pb, s_pf, s_pt, s_ph,
+                         KVH: tl.constexpr, KVH_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
+        t = tl.program_id(0)
+        h = tl.arange(0, KVH_PAD)[:, None]
+        d = tl.arange(0, D_PAD)[None, :]
+        mask = (h < KVH) & (d < D)
+        blk = tl.load(blk_ptr + t)
+        off = tl.load(off_ptr + t)
+        dst = kv_ptr + blk * s_pb + off * s_pt + h * s_ph + d
+        k = tl.load(k_ptr + t * s_kt + h * s_kh + d, mask=mask)
+        v = tl.load(v_ptr + t * s_vt + h * s_vh + d, mask=mask)
+        tl.store(dst, k.to(kv_ptr.dtype.element_ty), mask=mask)
+        tl.store(dst + s_pf, v.to(kv_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def _find_seq(query_start_ptr, pid, num_seqs, BLOCK_Q: tl.constexpr):
+        """The sequence whose query blocks hold program ``pid`` (block start of s = qs[s] // BLOCK_Q + s)."""
+        lo: tl.int32 = 0
+        hi = num_seqs
+        while lo < hi:
+            mid = (lo + hi) // 2
+            start = tl.load(query_start_ptr + mid) // BLOCK_Q + mid
+            if start <= pid:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - 1
+
+    @triton.jit
+    def _paged_attention_kernel(q_ptr, kv_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_ptr,
+                                num_seqs, scale, window,
+                                s_qt, s_qh, s_ot, s_oh, s_pb, s_pf, s_pt, s_ph, s_bt,
+                                REP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, TPB: tl.constexpr,
+                                BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE: tl.constexpr,
+                                PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+        pid = tl.program_id(0)
+        kvh = tl.program_id(1)
+        seq = _find_seq(query_start_ptr, pid, num_seqs, BLOCK_Q)
+        q_first = tl.load(query_start_ptr + seq)
+        q_len = tl.load(query_start_ptr + seq + 1) - q_first
+        local = pid - (q_first // BLOCK_Q + seq)
+        if local * BLOCK_Q >= q_len:
+            return
+        kv_len = tl.load(seq_lens_ptr + seq)
+        context = kv_len - q_len
+
+        m = tl.arange(0, BLOCK_M)
+        qi = local * BLOCK_Q + m // REP                    # query token of each row, within the sequence
+        head = kvh * REP + m % REP
+        row_ok = (m // REP < BLOCK_Q) & (qi < q_len)
+        qpos = context + qi
+        d = tl.arange(0, D_PAD)
+        d_ok = d < D
+        q = tl.load(q_ptr + (q_first + qi)[:, None] * s_qt + head[:, None] * s_qh + d[None, :],
+                    mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        if UPCAST:
+            q = q.to(tl.float32)
+
+        hi = context + tl.minimum(q_len, (local + 1) * BLOCK_Q)     # keys below this position are read
+        lo = tl.maximum(context + local * BLOCK_Q - window + 1, 0) // TILE * TILE
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+        bt_row = block_table_ptr + seq * s_bt
+        start = lo
+        while start < hi:   # (a while loop: the interpreter cannot index a range by loaded bounds)
+            kpos = start + tl.arange(0, TILE)
+            in_range = (kpos < hi) & (kpos >= 0)
+            blk = tl.load(bt_row + kpos // TPB, mask=in_range, other=-1)
+            k_ok = in_range & (blk >= 0)
+            base = tl.where(k_ok, blk, 0) * s_pb + (kpos % TPB) * s_pt + kvh * s_ph
+            kt = tl.load(kv_ptr + base[None, :] + d[:, None], mask=k_ok[None, :] & d_ok[:, None], other=0.0)
+            v = tl.load(kv_ptr + s_pf + base[:, None] + d[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
+            if UPCAST:
+                kt = kt.to(tl.float32)
+                v = v.to(tl.float32)
+            s = tl.dot(q, kt, input_precision=PRECISION) * scale
+            keep = row_ok[:, None] & k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
+            keep = keep & (kpos[None, :] > qpos[:, None] - window)
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp(s - m_safe[:, None])
+            alpha = tl.exp(m_i - m_safe)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            m_i = m_new
+            start += TILE
+        out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
+        tl.store(out_ptr + (q_first + qi)[:, None] * s_ot + head[:, None] * s_oh + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+
+
+def store_kv(kv: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_block: torch.Tensor,
+             slot_offset: torch.Tensor) -> None:
+    """Write ``key``/``value`` ``[T, kv_heads, D]`` (any strides, last dim dense) into the pages ``kv``
+    ``[num_blocks, 2, tpb, kv_heads, D]`` at (block, offset) per token."""
+    t, kvh, d = key.shape
+    if t == 0:
+        return
+    _store_kv_kernel[(t,)](key, value, kv, slot_block, slot_offset,
+                           key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+                           kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3),
+                           KVH=kvh, KVH_PAD=_next_pow2(kvh), D=d, D_PAD=max(16, _next_pow2(d)))
+
+
+def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
+                    query_start: torch.Tensor, *, scale: float, window: int | None, tpb: int) -> torch.Tensor:
+    """``q`` ``[T, H, D]`` (last dim dense) -> ``[T, H, D]`` over the pages ``kv`` (layout as ``store_kv``).
+
+    ``block_table`` ``[S, W]`` (-1 = no page), ``seq_lens`` ``[S]`` KV lengths after this step's tokens,
+    ``query_start`` ``[S + 1]`` packed query offsets with ``query_start[S] == T`` (every row belongs to a
+    sequence; padding rows belong to one whose KV length is 0, and come out 0).
+    """
+    t, heads, d = q.shape
+    kvh = kv.shape[3]
+    out = torch.empty_like(q)
+    num_seqs = block_table.shape[0]
+    if t == 0 or num_seqs == 0:
+        return out
+    block_m, block_q = tile_shape(heads, kvh)
+    grid = (num_programs(t, num_seqs, block_q), kvh)
+    # the interpreter's bf16 dot is wrong: there, half-precision tiles are multiplied in fp32 (loads and stores
+    # keep the page dtype, so the CPU check still covers bf16 pages)
+    upcast = interpreted() and q.dtype != torch.float32
+    precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
+    _paged_attention_kernel[grid](q, kv, out, block_table, seq_lens, query_start, num_seqs, float(scale),
+                                  int(window or NO_WINDOW),
+                                  q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+                                  kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), block_table.stride(0),
+                                  REP=heads // kvh, D=d, D_PAD=max(16, _next_pow2(d)), TPB=tpb,
+                                  BLOCK_M=block_m, BLOCK_Q=block_q, TILE=TILE_N, PRECISION=precision,
+                                  UPCAST=upcast,
+                                  num_warps=4)
+    return out

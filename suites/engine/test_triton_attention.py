@@ -1,0 +1,127 @@
+"""The Triton kernels (``kvcm.engine.triton_attention``) against a plain reference and inside the engine.
+
+On a CUDA machine they run natively. On the CPU, ``test_kernels_under_the_triton_interpreter`` re-runs this file
+in a subprocess with ``TRITON_INTERPRET=1`` (the interpreter executes the same kernels on CPU tensors), so the
+CPU lane checks the exact code the GPU runs.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kvcm
+from kvcm.engine import LLM, SamplingParams, triton_attention
+from kvcm.engine.models import hf_generate, tiny_model
+
+from _prompts import random_prompts
+
+pytestmark = pytest.mark.skipif(triton_attention.triton is None, reason="Triton is not installed "
+                                "(pip install triton; on CPU its interpreter runs these checks)")
+
+
+@pytest.fixture
+def device():
+    if torch.cuda.is_available():
+        return "cuda"
+    if triton_attention.interpreted():
+        return "cpu"
+    pytest.skip("no CUDA here: test_kernels_under_the_triton_interpreter runs this under the interpreter")
+
+
+def test_kernels_under_the_triton_interpreter():
+    if torch.cuda.is_available() or triton_attention.interpreted():
+        pytest.skip("the kernels run directly here")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    res = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-x",
+                          "--kvcm-version=v2"], env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|skipped|failed)", res.stdout.splitlines()[-1])}
+    assert counts.get("passed", 0) >= 7 and counts.get("skipped", 0) <= 1, res.stdout[-2000:]  # only this test skips
+
+
+def _reference(q, kv, block_table, seq_lens, query_start, scale, window, tpb):
+    """Softmax attention per query row, written out: the keys a query may read and nothing else."""
+    heads, rep = q.shape[1], q.shape[1] // kv.shape[3]
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    for s in range(block_table.shape[0]):
+        a, b, kv_len = int(query_start[s]), int(query_start[s + 1]), int(seq_lens[s])
+        for i in range(a, b):
+            qpos = kv_len - (b - a) + (i - a)
+            keys = [p for p in range(max(0, qpos - window + 1) if window else 0, qpos + 1)
+                    if block_table[s, p // tpb] >= 0]
+            if not keys:
+                continue
+            k = torch.stack([kv[block_table[s, p // tpb], 0, p % tpb] for p in keys]).double()
+            v = torch.stack([kv[block_table[s, p // tpb], 1, p % tpb] for p in keys]).double()
+            for h in range(heads):
+                w = torch.softmax(k[:, h // rep] @ q[i, h].double() * scale, 0)
+                out[i, h] = w @ v[:, h // rep]
+    return out
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim,tpb,window", [(9, 3, 64, 32, None), (4, 2, 16, 8, 16), (9, 3, 64, 8, 20),
+                                                           (2, 2, 32, 16, None)])
+def test_attention_kernel_matches_the_reference(device, heads, kv_heads, dim, tpb, window):
+    """A decode, a speculative verification (5 queries), prefill chunks at 0 and past it, a padding row of KV
+    length 0; released pages (-1) and every page no row holds filled with NaN."""
+    g = torch.Generator().manual_seed(heads * tpb)
+    rows = [(1, 37), (5, 21), (13, 13), (7, 50), (1, 3), (9, 0)]        # (queries, KV length)
+    num_blocks, width = 40, 8
+    kv = torch.full((num_blocks, 2, tpb, kv_heads, dim), float("nan"))
+    table = torch.full((len(rows), width), -1, dtype=torch.long)
+    free = torch.randperm(num_blocks, generator=g).tolist()
+    for s, (_, kv_len) in enumerate(rows):
+        for j in range(-(-kv_len // tpb)):
+            table[s, j] = b = free.pop()
+            kv[b] = torch.randn(2, tpb, kv_heads, dim, generator=g)
+    if window:
+        kv[table[3, 0]] = float("nan")       # released by the window: never read
+        table[3, 0] = -1
+    lens = torch.tensor([n for _, n in rows])
+    starts = torch.tensor([0] + [q for q, _ in rows]).cumsum(0)
+    q = torch.randn(heads, int(starts[-1]), dim, generator=g).transpose(0, 1)    # strided, as the model gives it
+    scale = dim ** -0.5
+    ref = _reference(q, kv, table, lens, starts, scale, window, tpb)
+    out = triton_attention.paged_attention(q.to(device), kv.to(device), table.to(device), lens.to(device),
+                                           starts.to(device), scale=scale, window=window, tpb=tpb).cpu()
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=1e-4)
+    out16 = triton_attention.paged_attention(q.bfloat16().to(device), kv.bfloat16().to(device), table.to(device),
+                                             lens.to(device), starts.to(device), scale=scale, window=window,
+                                             tpb=tpb).cpu()
+    torch.testing.assert_close(out16.double(), ref, atol=3e-2, rtol=3e-2)
+
+
+def test_store_kv_writes_each_token_at_its_slot(device):
+    g = torch.Generator().manual_seed(1)
+    kv = torch.randn(10, 2, 8, 3, 64, generator=g)
+    key = torch.randn(3, 11, 64, generator=g).transpose(0, 1)             # [T, kv_heads, D], strided
+    value = torch.randn(3, 11, 64, generator=g).transpose(0, 1)
+    flat = torch.randperm(80, generator=g)[:11]
+    ref = kv.clone()
+    ref[:, 0].index_put_((flat // 8, flat % 8), key)
+    ref[:, 1].index_put_((flat // 8, flat % 8), value)
+    got = kv.to(device)
+    triton_attention.store_kv(got, key.to(device), value.to(device), (flat // 8).to(device), (flat % 8).to(device))
+    assert torch.equal(got.cpu(), ref)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral"])
+def test_engine_on_the_kernels_matches_hf_generate(device, arch, kvcm_version):
+    """The engine with the kernels (eager, then its static steps: decode shapes and token buckets) gives HF
+    generate's tokens; mistral runs past its window with V2 releasing pages."""
+    model, _ = tiny_model(arch, seed=5, device=device)
+    prompts = random_prompts(11, [5, 21, 9])
+    params = SamplingParams(max_new_tokens=14, ignore_eos=True)
+    ref = [r.token_ids for r in hf_generate(model, prompts, 14, eos_token_id=[])]
+    kw = dict(manager_version=kvcm_version, max_batch_size=2, max_seq_len=64, max_num_tokens=16, device=device,
+              kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=512, dtype="float32"))
+    eager = LLM(model, **kw)
+    assert eager.runner.use_kernel
+    assert [o.token_ids for o in eager.generate(prompts, params)] == ref
+    static = LLM(model, cuda_graph=True, cuda_graph_batch_sizes=[1, 2], cuda_graph_token_buckets=[16], **kw)
+    assert [o.token_ids for o in static.generate(prompts, params)] == ref
+    assert static.graphs.num_bucket_replays > 0 and static.graphs.num_replays > static.graphs.num_bucket_replays
