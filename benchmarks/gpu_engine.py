@@ -4,9 +4,12 @@
    window), V1 and V2, eager and CUDA-graph replay; then SmolLM2-135M on GSM8K prompts (first difference and
    its logit margin are printed when a near tie flips).
 2. CUDA-graph warmup reports for SmolLM2: planned / captured / skipped shapes on the estimation and the final
-   cache, V1 and V2, D = 0 and 4.
+   cache, V1 and V2, D = 0 and 4; then on a budget that puts the long dummies on a page boundary, clean and with
+   the historic ``gen-dummy-extra-token`` defect injected (which must skip shapes).
 3. Decode tokens/s at batch 1, 16, 64, 256: engine with CUDA graphs, engine eager, HF generate.
    Decode rate = batch * (N - 1) / (time(N new tokens) - time(1 new token)), so prefill is left out.
+4. Where a graph decode step's time goes at batch 256: host phases (schedule, fill, replay launch, wait for the
+   GPU, sampling, postprocess) and the CUDA kernels by total time (torch profiler).
 
 Environment: KVCM_SMOLLM2_GGUF (model), KVCM_GSM8K_DIR (test.jsonl / parquet; synthetic prompts otherwise).
 Usage: python benchmarks/gpu_engine.py [--dtype bfloat16|float32] [--batches 1,16,64,256] [--new-tokens 64]
@@ -159,6 +162,15 @@ def essentials_smollm2(model, tok, device, prompts) -> bool:
     return ok
 
 
+def _print_reports(tag, llm, rows, **extra):
+    for rep in llm.warmup_reports:
+        log(f"  {tag} {rep.cache:10s}: planned {len(rep.planned):2d} captured {len(rep.captured):2d} "
+            f"skipped {len(rep.skipped)}")
+        for shape, reason in rep.skipped[:4]:
+            log(f"      skipped {shape}: {reason}")
+        rows.append({**extra, **rep.as_dict()})
+
+
 def warmup_reports(model, tok, device, dtype_name, max_batch_size, max_seq_len):
     log(f"== CUDA-graph warmup reports (SmolLM2 {dtype_name}, B={max_batch_size}, S={max_seq_len})")
     rows = []
@@ -168,16 +180,35 @@ def warmup_reports(model, tok, device, dtype_name, max_batch_size, max_seq_len):
             llm = make_llm(model, tok, version, dtype_name, device, max_batch_size=max_batch_size,
                            max_seq_len=max_seq_len, max_tokens=max_batch_size * max_seq_len, cuda_graph=True,
                            max_draft_len=d)
-            for rep in llm.warmup_reports:
-                log(f"  {version} D={d} {rep.cache:10s}: planned {len(rep.planned):2d} captured "
-                    f"{len(rep.captured):2d} skipped {len(rep.skipped)}")
-                for shape, reason in rep.skipped:
-                    log(f"      skipped {shape}: {reason}")
-                rows.append({"version": version, "draft": d, **rep.as_dict()})
-            log(f"    ({time.time() - t:.1f}s, graphs held: {len(llm.graphs.shapes)})")
+            _print_reports(f"{version} D={d}", llm, rows, version=version, draft=d)
+            log(f"    ({time.time() - t:.1f}s, graphs held: {len(llm.graphs.shapes)} decode shapes, "
+                f"{len(llm.graphs.buckets)} token buckets)")
             llm.close()
             del llm
             free_cuda()
+    # a pool smaller than one max_seq_len request: get_num_available_tokens answers a page boundary, and a dummy
+    # one token too large no longer fits (the historic defect, put back for the second pass)
+    boundary_tokens, bsz = max_seq_len // 2, min(16, max_batch_size)
+    log(f"== warmup on a page boundary: pool of {boundary_tokens} tokens (pages of 8) < S={max_seq_len}, B={bsz}")
+    import pytest
+    from pytest_kvcm.regressions import build_registry
+    for inject in (None, "gen-dummy-extra-token"):
+        mp = pytest.MonkeyPatch()
+        if inject:
+            build_registry()[inject].patch(mp)
+        try:
+            for version in ("v1", "v2"):
+                for d in (0, 4):
+                    llm = make_llm(model, tok, version, dtype_name, device, max_batch_size=bsz,
+                                   max_seq_len=max_seq_len, max_tokens=boundary_tokens, cuda_graph=True,
+                                   max_draft_len=d, tpb=8)
+                    _print_reports(f"{version} D={d} {inject or 'clean'}", llm, rows, version=version, draft=d,
+                                   boundary=True, injected=inject)
+                    llm.close()
+                    del llm
+                    free_cuda()
+        finally:
+            mp.undo()
     return rows
 
 
@@ -197,6 +228,64 @@ def time_hf(model, ids, n, pad):
     hf_tokens(model, ids, n, pad)
     sync(dev)
     return time.time() - t
+
+
+def profile_decode(model, tok, device, dtype_name, bs, n, max_seq_len, prompts_text):
+    """Host phases of graph decode steps (perf_counter, with a synchronize after the replay so the wait for
+    the GPU is its own phase) and the CUDA kernels of the same steps by total time."""
+    import collections
+    from kvcm.engine import SamplingParams, sampler, scheduler
+    from kvcm.engine import cuda_graph
+    log(f"== profile: graph decode at batch {bs} (SmolLM2 {dtype_name}, {n} new tokens)")
+    ids = [tok(p)["input_ids"] for p in prompts_text[:bs]]
+    llm = make_llm(model, tok, "v2", dtype_name, device, max_batch_size=bs, max_seq_len=max_seq_len,
+                   max_tokens=bs * max_seq_len, cuda_graph=True)
+    llm.generate(ids[:2], SamplingParams(max_new_tokens=2))
+    acc, calls = collections.Counter(), collections.Counter()
+    saved = []
+
+    def wrap(owner, name, key, after=None):
+        f = getattr(owner, name)
+        saved.append((owner, name, f))
+
+        def timed(*a, **k):
+            t = time.perf_counter()
+            r = f(*a, **k)
+            if after:
+                after()
+            acc[key] += time.perf_counter() - t
+            calls[key] += 1
+            return r
+        setattr(owner, name, timed)
+
+    wrap(scheduler.Scheduler, "schedule", "schedule")
+    wrap(scheduler.Scheduler, "postprocess", "postprocess")
+    wrap(cuda_graph.StaticStep, "fill", "fill (host, H2D copy)")
+    wrap(torch.cuda.CUDAGraph, "replay", "replay launch")
+    wrap(torch.cuda.CUDAGraph, "replay", "replay + wait for GPU", after=torch.cuda.synchronize)
+    wrap(sampler, "greedy", "sampler (topk, to host)")
+    try:
+        sync(device)
+        t = time.time()
+        llm.generate(ids, SamplingParams(max_new_tokens=n, ignore_eos=True))
+        sync(device)
+        wall = time.time() - t
+    finally:
+        for owner, name, f in reversed(saved):
+            setattr(owner, name, f)
+    steps = calls["schedule"]
+    log(f"  {steps} steps in {wall:.2f}s = {wall / steps * 1e3:.2f} ms/step; {llm.graphs.num_replays} graph replays")
+    for key, v in acc.items():
+        log(f"    {key:26s} {v / calls[key] * 1e3:7.3f} ms/call ({calls[key]} calls)")
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        llm.generate(ids, SamplingParams(max_new_tokens=16, ignore_eos=True))
+        sync(device)
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60)
+    print(table, flush=True)
+    llm.close()
+    free_cuda()
+    return {"ms_per_step": wall / steps * 1e3, **{k: v / calls[k] * 1e3 for k, v in acc.items()}}
 
 
 def throughput(model, tok, device, dtype_name, batches, n, max_seq_len, prompts_text):
@@ -252,7 +341,8 @@ def main(argv=None):
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--max-seq-len", type=int, default=512)
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of the script")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: tiny,smollm2,warmup,throughput")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: tiny,smollm2,warmup,throughput,"
+                    "profile")
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     batches = [int(b) for b in args.batches.split(",")]
@@ -285,6 +375,9 @@ def main(argv=None):
         if "throughput" not in skip:
             summary["throughput"] = section("throughput", throughput, model, tok, args.device, args.dtype,
                                             batches, args.new_tokens, args.max_seq_len, prompts)
+        if "profile" not in skip and args.device == "cuda":
+            summary["profile"] = section("profile", profile_decode, model, tok, args.device, args.dtype,
+                                         max(batches), args.new_tokens, args.max_seq_len, prompts)
     summary["essentials_ok"] = bool(ok)
     log("== summary (json)")
     print(json.dumps(summary, indent=1), flush=True)

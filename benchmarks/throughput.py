@@ -1,19 +1,25 @@
-"""Throughput of the kvcm reference engine next to Hugging Face ``generate`` (static batches, left padding) and
-transformers' own continuous batching (``generate_batch``), on the same prompts in one run.
+"""End-to-end throughput: the kvcm engine (CUDA graphs and eager) next to Hugging Face ``generate`` (static
+batches, left padding) and transformers' own continuous batching (``generate_batch``), same prompts, one run.
 
-    python benchmarks/throughput.py                       # SmolLM2 fp32 on CPU, 32 built-in prompts
-    python benchmarks/throughput.py --device cuda --num-prompts 64 --gsm8k /data/gsm8k --batch-sizes 64
+    python benchmarks/throughput.py                                  # SmolLM2 fp32 on CPU, 32 built-in prompts
+    python benchmarks/throughput.py --gsm8k DIR --num-prompts 0 --max-new-tokens 256 --batch-size 256 \\
+        --dtype bfloat16                                             # all 1,319 GSM8K questions (chat template)
 
-Tokens/s counts generated tokens (prompt tokens excluded) over wall time, greedy, no sampling. A short warmup
-run of each engine comes first so one-off costs (allocator, kernels, CUDA context) stay out of the figures.
+Tokens/s counts generated tokens (prompt tokens excluded, EOS included) over wall time. Each engine is built and
+warmed up once (graph capture and first-call costs are reported apart, as setup), then the engines take turns
+for ``--repeats`` rounds and the median wall time of each is reported with its ratio to the others, so a busy
+machine slows all of them alike. On CUDA it also prints what the kvcm manager was given and what the process
+used: free memory at the start, the KV budget, the pool, and the peak allocated.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import inspect
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,6 +42,11 @@ BUILTIN = [
     "What is the chemical symbol for gold?", "Name a fruit that is yellow.", "What is an ocean current?",
     "How many minutes are in two hours?", "What do bees make?",
 ]
+ENGINES = ("kvcm-graph", "kvcm-eager", "hf", "cb")
+
+
+def say(*a):
+    print(*a, flush=True)
 
 
 def sync(device):
@@ -44,138 +55,245 @@ def sync(device):
 
 
 def load_prompts(tok, num: int, gsm8k: str | None) -> list[list[int]]:
+    """``num`` chat-template prompts (0 = every GSM8K test question): GSM8K questions, else the built-in ones."""
     from kvcm.engine.models import chat_prompt_ids
     if gsm8k:
         path = Path(gsm8k)
         files = [path] if path.is_file() else sorted(path.glob("*test*.jsonl")) or sorted(path.glob("*.jsonl"))
         if not files:
             raise SystemExit(f"--gsm8k {gsm8k}: no .jsonl file there (want GSM8K test rows with a 'question')")
-        questions = []
-        for line in files[0].read_text().splitlines():
-            if line.strip():
-                questions.append(json.loads(line)["question"])
-            if len(questions) >= num:
-                break
+        questions = [json.loads(line)["question"] for line in files[0].read_text().splitlines() if line.strip()]
+        questions = questions[:num] if num else questions
     else:
-        questions = [BUILTIN[i % len(BUILTIN)] for i in range(num)]
+        questions = [BUILTIN[i % len(BUILTIN)] for i in range(num or len(BUILTIN))]
     return [chat_prompt_ids(tok, q) for q in questions]
 
 
-def run_kvcm(model, tok, prompts, max_new, batch_size, device, version="v2"):
-    import kvcm
-    from kvcm.engine import LLM, SamplingParams
-    max_seq = max(len(p) for p in prompts) + max_new + 8
-    dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[model.dtype]
-    cfg = (kvcm.KvCacheConfig(tokens_per_block=32, free_gpu_memory_fraction=0.5, dtype=dtype)
-           if torch.device(device).type == "cuda" else
-           kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=batch_size * (max_seq + 64), dtype=dtype))
-    llm = LLM(model, tok, manager_version=version, kv_cache_config=cfg, max_batch_size=batch_size,
-              max_seq_len=max_seq, device=device)
-    outs = llm.generate(prompts, SamplingParams(max_new_tokens=max_new))
-    return outs
+class KvcmEngine:
+    """A kvcm ``LLM`` built once (graphs captured once) and run on every round."""
+
+    def __init__(self, model, tok, prompts, max_new, batch_size, device, *, version="v2", cuda_graph=False,
+                 fraction=0.5):
+        import kvcm
+        from kvcm.engine import LLM
+        self.max_new, self.device = max_new, torch.device(device)
+        max_seq = max(len(p) for p in prompts) + max_new + 8
+        dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[model.dtype]
+        self.free_at_start = torch.cuda.mem_get_info()[0] if self.device.type == "cuda" else None
+        cfg = (kvcm.KvCacheConfig(tokens_per_block=32, free_gpu_memory_fraction=fraction, dtype=dtype)
+               if self.device.type == "cuda" else
+               kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=batch_size * (max_seq + 64), dtype=dtype))
+        t = time.perf_counter()
+        # chunked prefill of 8192 tokens a step on CUDA; on the CPU whole prompts (the pool is sized to the batch)
+        self.llm = LLM(model, tok, manager_version=version, kv_cache_config=cfg, max_batch_size=batch_size,
+                       max_seq_len=max_seq, max_num_tokens=8192 if self.device.type == "cuda" else None,
+                       device=device, cuda_graph=cuda_graph)
+        self.llm.generate(prompts[:2], self._params(4))
+        sync(device)
+        self.setup_s = time.perf_counter() - t
+
+    def _params(self, n):
+        from kvcm.engine import SamplingParams
+        return SamplingParams(max_new_tokens=n)
+
+    def __call__(self, prompts):
+        return self.llm.generate(prompts, self._params(self.max_new))
+
+    def describe(self) -> dict:
+        mgr, out = self.llm.manager, {"setup_s": round(self.setup_s, 2)}
+        out.update(kv_budget_gib=mgr.budget_bytes / 2**30, kv_pool_gib=mgr.pool_bytes / 2**30)
+        if self.free_at_start is not None:
+            out["free_at_start_gib"] = self.free_at_start / 2**30
+        g = self.llm.graphs
+        if g is not None:
+            out.update(decode_shapes=len(g.shapes), token_buckets=sorted(g.buckets), replays=g.num_replays,
+                       bucket_replays=g.num_bucket_replays)
+            out["warmup"] = [r.as_dict() for r in self.llm.warmup_reports]
+        return out
+
+    def close(self):
+        self.llm.close()
 
 
-def run_hf(model, tok, prompts, max_new, batch_size, device):
-    from kvcm.engine.models import hf_generate
-    return hf_generate(model, prompts, max_new, eos_token_id=tok.eos_token_id, batch_size=batch_size)
+class HfGenerate:
+    def __init__(self, model, tok, prompts, max_new, batch_size, device):
+        from kvcm.engine.llm import eos_token_ids
+        self.model, self.max_new, self.batch_size = model, max_new, batch_size
+        self.eos = list(eos_token_ids(model, tok))
+        t = time.perf_counter()
+        self(prompts[:2])
+        self.setup_s = time.perf_counter() - t
+
+    def __call__(self, prompts):
+        from kvcm.engine.models import hf_generate
+        return hf_generate(self.model, prompts, self.max_new, eos_token_id=self.eos, batch_size=self.batch_size,
+                           margins=False)
+
+    def describe(self):
+        return {"setup_s": round(self.setup_s, 2)}
+
+    def close(self):
+        pass
 
 
-def run_cb(model, tok, prompts, max_new, batch_size, device):
-    """transformers' continuous batching. 5.17+ takes a ``ContinuousBatchingConfig`` (older releases read the
-    same fields from ``GenerationConfig``); the attention implementation must be a paged one."""
-    from transformers import GenerationConfig
-    gen = GenerationConfig(max_new_tokens=max_new, do_sample=False, eos_token_id=tok.eos_token_id,
-                           pad_token_id=tok.pad_token_id)
-    max_seq = max(len(p) for p in prompts) + max_new + 8
-    cb_fields = dict(max_batch_tokens=max(512, batch_size * 16), num_blocks=max(64, batch_size * max_seq // 32 + 8))
-    kwargs = {}
-    params = inspect.signature(model.generate_batch).parameters
-    try:
+class HfGenerateBatch:
+    """transformers' continuous batching. Its config's page field is ``block_size`` on 5.17 and ``page_size``
+    on 5.24; older releases want the paged attention implementation named explicitly."""
+
+    def __init__(self, model, tok, prompts, max_new, batch_size, device):
+        from transformers import GenerationConfig
+        from kvcm.engine.llm import eos_token_ids
+        self.model = model
+        self.gen = GenerationConfig(max_new_tokens=max_new, do_sample=False,
+                                    eos_token_id=list(eos_token_ids(model, tok)), pad_token_id=tok.pad_token_id)
+        self.kwargs = {}
+        params = inspect.signature(model.generate_batch).parameters
         from transformers.generation import ContinuousBatchingConfig
-    except ImportError:
-        ContinuousBatchingConfig = None
-    if ContinuousBatchingConfig is not None and "continuous_batching_config" in params:
-        kwargs["continuous_batching_config"] = ContinuousBatchingConfig(page_size=32, max_requests_per_batch=batch_size,
-                                                                        **cb_fields)
-    else:
-        for k, v in dict(cb_fields, block_size=32).items():
-            setattr(gen, k, v)
-    if "warmup" in params and torch.device(device).type != "cuda":
-        kwargs["warmup"] = False
-    try:  # 5.24 switches to a paged-capable attention itself
-        res = model.generate_batch(prompts, generation_config=gen, progress_bar=False, **kwargs)
-    except ValueError as exc:  # older releases want the paged implementation named explicitly
-        if "attn" not in str(exc) and "paged" not in str(exc):
-            raise
-        saved = model.config._attn_implementation
-        model.set_attn_implementation("sdpa_paged")
+        fields = inspect.signature(ContinuousBatchingConfig).parameters
+        page = "page_size" if "page_size" in fields else "block_size"
+        max_seq = max(len(p) for p in prompts) + max_new + 8
+        cfg = {page: 32, "max_requests_per_batch": batch_size, "max_batch_tokens": 8192}
+        if torch.device(device).type != "cuda":
+            cfg["num_blocks"] = batch_size * (max_seq // 32 + 2)
+        self.kwargs["continuous_batching_config"] = ContinuousBatchingConfig(**cfg)
+        if "warmup" in params and torch.device(device).type != "cuda":
+            self.kwargs["warmup"] = False
+        t = time.perf_counter()
+        self(prompts[:2])
+        self.setup_s = time.perf_counter() - t
+
+    def _run(self, prompts):
+        return self.model.generate_batch(prompts, generation_config=self.gen, progress_bar=False, **self.kwargs)
+
+    def __call__(self, prompts):
+        from kvcm.engine.models import GenOutput
         try:
-            res = model.generate_batch(prompts, generation_config=gen, progress_bar=False, **kwargs)
-        finally:
-            model.set_attn_implementation(saved)
-    outs = sorted(res.values(), key=lambda o: int(str(o.request_id).rsplit("_", 1)[-1]))
-    from kvcm.engine.models import GenOutput
-    return [GenOutput(list(o.generated_tokens)) for o in outs]
+            res = self._run(prompts)
+        except ValueError as exc:
+            if "attn" not in str(exc) and "paged" not in str(exc):
+                raise
+            self.model.set_attn_implementation("sdpa_paged")
+            res = self._run(prompts)
+        by_id = {str(k): v for k, v in res.items()}
+        keys = sorted(by_id, key=lambda k: int(k.rsplit("_", 1)[-1]))
+        return [GenOutput(list(by_id[k].generated_tokens)) for k in keys]
+
+    def describe(self):
+        return {"setup_s": round(self.setup_s, 2)}
+
+    def close(self):
+        destroy = getattr(self.model, "destroy_cached_continuous_batching_manager", None)
+        if destroy is not None:
+            destroy()
+        self.model.set_attn_implementation("sdpa")
 
 
-def timed(name, fn, model, tok, prompts, max_new, bs, device, *extra):
-    args = (model, tok, prompts, max_new, bs, device, *extra)
-    sync(device)
-    t = time.perf_counter()
-    outs = fn(*args)
-    sync(device)
-    dt = time.perf_counter() - t
-    n = sum(len(o.token_ids) for o in outs)
-    print(f"{name:>24}: {n:6d} tokens in {dt:7.2f} s = {n / dt:8.1f} tok/s", flush=True)
-    return outs, n / dt
+def build(name, model, tok, prompts, args):
+    common = (model, tok, prompts, args.max_new_tokens, args.batch_size, args.device)
+    if name == "kvcm-graph":
+        return KvcmEngine(*common, version=args.kvcm_version, cuda_graph=True, fraction=args.fraction)
+    if name == "kvcm-eager":
+        return KvcmEngine(*common, version=args.kvcm_version, fraction=args.fraction)
+    if name == "hf":
+        return HfGenerate(*common)
+    if name == "cb":
+        return HfGenerateBatch(*common)
+    raise SystemExit(f"--engines: unknown engine {name!r}; choose from {', '.join(ENGINES)}")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    ap.add_argument("--num-prompts", type=int, default=32)
+    ap.add_argument("--num-prompts", type=int, default=32, help="0 = every GSM8K test question")
     ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--batch-sizes", default="32", help="comma-separated batch sizes, e.g. 8,32")
+    ap.add_argument("--batch-size", type=int, default=32, help="max batch (kvcm, generate_batch) / batch (generate)")
     ap.add_argument("--gsm8k", default=os.environ.get("KVCM_GSM8K_DIR"), help="GSM8K jsonl dir (chat template)")
-    ap.add_argument("--engines", default="kvcm,hf,cb", help="subset of kvcm,hf,cb")
+    ap.add_argument("--engines", default=None, help=f"comma list of {', '.join(ENGINES)} "
+                    "(default: all; kvcm-graph only on CUDA)")
     ap.add_argument("--kvcm-version", default="v2", choices=["v1", "v2"])
+    ap.add_argument("--fraction", type=float, default=0.5, help="kvcm free_gpu_memory_fraction on CUDA")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
+    ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     from kvcm.engine.models import load_smollm2
     from pytest_kvcm.parity import compare_outputs
-    dtype = getattr(torch, args.dtype)
-    model, tok = load_smollm2(dtype=dtype, device=args.device)
+    model, tok = load_smollm2(dtype=getattr(torch, args.dtype), device=args.device)
     prompts = load_prompts(tok, args.num_prompts, args.gsm8k)
-    engines = {"kvcm": run_kvcm, "hf": run_hf, "cb": run_cb}
-    chosen = [e for e in args.engines.split(",") if e]
-    print(f"SmolLM2-135M {args.dtype} on {args.device}, {len(prompts)} prompts (mean {sum(map(len, prompts)) / len(prompts):.0f}"
-          f" tokens), {args.max_new_tokens} new tokens, torch {torch.__version__}, threads {torch.get_num_threads()}",
-          flush=True)
-    for bs in [int(b) for b in args.batch_sizes.split(",")]:
-        print(f"-- batch size {bs}", flush=True)
-        rates, outs = {}, {}
-        for name in chosen:
-            fn = engines[name]
-            label = {"kvcm": f"kvcm engine ({args.kvcm_version})", "hf": "HF generate",
-                     "cb": "HF generate_batch (CB)"}[name]
-            extra = (args.kvcm_version,) if name == "kvcm" else ()
+    chosen = (args.engines.split(",") if args.engines else
+              [e for e in ENGINES if e != "kvcm-graph" or args.device == "cuda"])
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    say(f"SmolLM2-135M {args.dtype} on {args.device} ({torch.cuda.get_device_name() if args.device == 'cuda' else ''}"
+        f"), {len(prompts)} prompts ({'GSM8K' if args.gsm8k else 'built-in'}, chat template, mean "
+        f"{sum(map(len, prompts)) / len(prompts):.0f} tokens), {args.max_new_tokens} new tokens, batch "
+        f"{args.batch_size}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    engines, times, outs, info = {}, {}, {}, {}
+    for name in chosen:
+        if args.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            engines[name] = build(name, model, tok, prompts, args)
+            times[name] = []
+        except Exception as exc:  # one engine failing must not hide the others' numbers
+            say(f"{name:>11}: setup failed: {type(exc).__name__}: {exc}")
+    for r in range(args.repeats):
+        order = list(engines) if r % 2 == 0 else list(reversed(engines))
+        for name in order:
+            if args.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            sync(args.device)
+            t = time.perf_counter()
             try:
-                fn(model, tok, prompts[:2], 4, bs, args.device, *extra)  # warmup
-                outs[name], rates[name] = timed(label, fn, model, tok, prompts, args.max_new_tokens, bs,
-                                                args.device, *extra)
-            except Exception as exc:  # one engine failing must not hide the others' numbers
-                print(f"{label:>24}: failed: {type(exc).__name__}: {exc}", flush=True)
-        if "kvcm" in rates:
-            for other in ("hf", "cb"):
-                if other in rates:
-                    print(f"   kvcm / {other}: {rates['kvcm'] / rates[other]:.2f}x", flush=True)
-        if "kvcm" in outs and "hf" in outs:
-            rep = compare_outputs(outs["hf"], outs["kvcm"], prompts, names=("hf", "kvcm"), tokenizer=tok,
-                                  margin_tolerance=1e-3)
-            print("   " + rep.format().replace("\n", "\n   "), flush=True)
+                outs[name] = engines[name](prompts)
+            except Exception as exc:
+                say(f"{name:>11}: round {r} failed: {type(exc).__name__}: {exc}")
+                engines.pop(name).close()
+                continue
+            sync(args.device)
+            times[name].append(time.perf_counter() - t)
+            if args.device == "cuda":
+                info.setdefault(name, {})["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    rates = {}
+    for name, eng in engines.items():
+        n = sum(len(o.token_ids) for o in outs[name])
+        dt = statistics.median(times[name])
+        rates[name] = n / dt
+        info.setdefault(name, {}).update(tokens=n, median_s=round(dt, 3), times_s=[round(x, 3) for x in times[name]],
+                                         tok_per_s=round(n / dt, 1), **eng.describe())
+        say(f"{name:>11}: {n:7d} tokens, median {dt:8.2f} s of {len(times[name])} = {n / dt:9.1f} tok/s   "
+            f"(setup {eng.setup_s:.1f} s)")
+    for a in rates:
+        for b in rates:
+            if a.startswith("kvcm") and not b.startswith("kvcm"):
+                say(f"   {a} / {b}: {rates[a] / rates[b]:.2f}x")
+    if "kvcm-graph" in rates and "kvcm-eager" in rates:
+        say(f"   kvcm-graph / kvcm-eager: {rates['kvcm-graph'] / rates['kvcm-eager']:.2f}x")
+    if args.device == "cuda":
+        for name in [n for n in engines if n.startswith("kvcm")]:
+            d = info[name]
+            left = d["free_at_start_gib"] - d["kv_budget_gib"]
+            say(f"   {name} memory: free at start {d['free_at_start_gib']:.1f} GiB, KV budget {d['kv_budget_gib']:.1f}"
+                f" GiB, pool {d['kv_pool_gib']:.1f} GiB (within budget: {d['kv_pool_gib'] <= d['kv_budget_gib']}), "
+                f"peak allocated {d['peak_gib']:.1f} GiB = weights {weights / 2**30:.2f} + pool + "
+                f"{d['peak_gib'] - weights / 2**30 - d['kv_pool_gib']:.2f} GiB activations/graphs "
+                f"(the budget leaves {left:.1f} GiB for those: {d['peak_gib'] - weights / 2**30 - d['kv_pool_gib'] <= left})")
+    ref = "hf" if "hf" in outs else None
+    for name in outs:
+        if name != ref and ref is not None:
+            rep = compare_outputs(outs[ref], outs[name], prompts, names=(ref, name), tokenizer=tok)
+            info[name]["parity_vs_hf"] = f"{rep.num_prompts - len(rep.mismatches)}/{rep.num_prompts} identical"
+            say(f"   {name} vs {ref}: {info[name]['parity_vs_hf']} ({args.dtype}: bf16 may flip near ties)")
+    if "kvcm-graph" in outs and "kvcm-eager" in outs:
+        rep = compare_outputs(outs["kvcm-eager"], outs["kvcm-graph"], prompts, names=("eager", "graph"))
+        say(f"   kvcm graph vs eager: {rep.num_prompts - len(rep.mismatches)}/{rep.num_prompts} identical")
+    for eng in engines.values():
+        eng.close()
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "engines": info}, indent=1, default=str))
+    gc.collect()
     return 0
 
 

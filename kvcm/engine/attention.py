@@ -148,8 +148,10 @@ def _row_plans(ctx: AttentionContext, g: int, window: int | None):
 def _torch_attention(ctx: AttentionContext, g: int, window: int | None, q, kv, scale):
     """The reference: q [T, H, D] -> [T, H, D] (rows of no sequence, or of KV length 0, stay 0)."""
     heads = q.shape[1]
-    out = torch.zeros_like(q)
-    for (a, b, rows, ql), bt, keep, mask in _row_plans(ctx, g, window):
+    plans = _row_plans(ctx, g, window)
+    covered = sum(b - a for (a, b, _, _), *_ in plans)
+    out = torch.empty_like(q) if covered == q.shape[0] else torch.zeros_like(q)
+    for (a, b, rows, ql), bt, keep, mask in plans:
         k, v = _pages(kv, bt, keep, q.dtype)
         out[a:b] = _gqa_sdpa(q[a:b].reshape(rows, ql, heads, -1), k, v, mask, scale).reshape(b - a, heads, -1)
     return out
