@@ -263,7 +263,7 @@ def profile_decode(model, tok, device, dtype_name, bs, n, max_seq_len, prompts_t
     wrap(cuda_graph.StaticStep, "fill", "fill (host, H2D copy)")
     wrap(torch.cuda.CUDAGraph, "replay", "replay launch")
     wrap(torch.cuda.CUDAGraph, "replay", "replay + wait for GPU", after=torch.cuda.synchronize)
-    wrap(sampler, "greedy", "sampler (topk, to host)")
+    wrap(sampler, "unpack", "tokens to host (wait)")
     try:
         sync(device)
         t = time.time()

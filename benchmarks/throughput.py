@@ -6,9 +6,9 @@ batches, left padding) and transformers' own continuous batching (``generate_bat
         --dtype bfloat16                                             # all 1,319 GSM8K questions (chat template)
 
 Tokens/s counts generated tokens (prompt tokens excluded, EOS included) over wall time. Each engine is built and
-warmed up once (graph capture and first-call costs are reported apart, as setup), then the engines take turns
-for ``--repeats`` rounds and the median wall time of each is reported with its ratio to the others, so a busy
-machine slows all of them alike. On CUDA it also prints what the kvcm manager was given and what the process
+warmed up once (graph capture and first-call costs are reported apart, as setup) and run; then the engines take
+turns for the other ``--repeats - 1`` rounds and the median wall time of each is reported with its ratio to the
+others, so a busy machine slows all of them alike. On CUDA it also prints what the kvcm manager was given and what the process
 used: free memory at the start, the KV budget, the pool, and the peak allocated.
 """
 
@@ -231,31 +231,34 @@ def main(argv=None):
         f"{sum(map(len, prompts)) / len(prompts):.0f} tokens), {args.max_new_tokens} new tokens, batch "
         f"{args.batch_size}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     engines, times, outs, info = {}, {}, {}, {}
+
+    def timed_round(name):
+        sync(args.device)
+        t = time.perf_counter()
+        outs[name] = engines[name](prompts)
+        sync(args.device)
+        times[name].append(time.perf_counter() - t)
+
+    # each engine is built and run once before the next is built, so its memory figures are its own: the
+    # resident bytes before it (weights, earlier engines) are left out of its peak
     for name in chosen:
         if args.device == "cuda":
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
         try:
             engines[name] = build(name, model, tok, prompts, args)
             times[name] = []
+            timed_round(name)
         except Exception as exc:  # one engine failing must not hide the others' numbers
-            say(f"{name:>11}: setup failed: {type(exc).__name__}: {exc}")
-    for r in range(args.repeats):
-        order = list(engines) if r % 2 == 0 else list(reversed(engines))
-        for name in order:
-            if args.device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-            sync(args.device)
-            t = time.perf_counter()
-            try:
-                outs[name] = engines[name](prompts)
-            except Exception as exc:
-                say(f"{name:>11}: round {r} failed: {type(exc).__name__}: {exc}")
-                engines.pop(name).close()
-                continue
-            sync(args.device)
-            times[name].append(time.perf_counter() - t)
-            if args.device == "cuda":
-                info.setdefault(name, {})["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            say(f"{name:>11}: failed: {type(exc).__name__}: {exc}")
+            engines.pop(name, None)
+            continue
+        if args.device == "cuda":
+            info[name] = {"peak_gib": (torch.cuda.max_memory_allocated() - base) / 2**30}
+    for r in range(1, args.repeats):
+        for name in (list(engines) if r % 2 == 0 else list(reversed(engines))):
+            timed_round(name)
     rates = {}
     for name, eng in engines.items():
         n = sum(len(o.token_ids) for o in outs[name])
@@ -272,14 +275,18 @@ def main(argv=None):
     if "kvcm-graph" in rates and "kvcm-eager" in rates:
         say(f"   kvcm-graph / kvcm-eager: {rates['kvcm-graph'] / rates['kvcm-eager']:.2f}x")
     if args.device == "cuda":
-        for name in [n for n in engines if n.startswith("kvcm")]:
+        say(f"   weights {weights / 2**30:.2f} GiB; peaks below are each engine's own (build, warmup, first run)")
+        for name in engines:
             d = info[name]
+            if "kv_budget_gib" not in d:
+                say(f"   {name} memory: peak {d['peak_gib']:.1f} GiB")
+                continue
+            rest = d["peak_gib"] - d["kv_pool_gib"]
             left = d["free_at_start_gib"] - d["kv_budget_gib"]
             say(f"   {name} memory: free at start {d['free_at_start_gib']:.1f} GiB, KV budget {d['kv_budget_gib']:.1f}"
                 f" GiB, pool {d['kv_pool_gib']:.1f} GiB (within budget: {d['kv_pool_gib'] <= d['kv_budget_gib']}), "
-                f"peak allocated {d['peak_gib']:.1f} GiB = weights {weights / 2**30:.2f} + pool + "
-                f"{d['peak_gib'] - weights / 2**30 - d['kv_pool_gib']:.2f} GiB activations/graphs "
-                f"(the budget leaves {left:.1f} GiB for those: {d['peak_gib'] - weights / 2**30 - d['kv_pool_gib'] <= left})")
+                f"peak {d['peak_gib']:.1f} GiB = pool + {rest:.2f} GiB activations/graphs/estimation cache (the "
+                f"budget leaves {left:.1f} GiB of the free memory: {rest <= left})")
     ref = "hf" if "hf" in outs else None
     for name in outs:
         if name != ref and ref is not None:

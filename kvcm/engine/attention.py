@@ -100,11 +100,13 @@ def _held(bt, kv_lens, tpb):
 
 def _pages(kv, bt, keep, dtype):
     """K, V [B, kvh, MB * tpb, D] of block tables ``bt``; every position not in ``keep`` is zero."""
-    b, mb = bt.shape
-    pages = kv[bt.clamp(min=0)]                                   # [B, MB, 2, tpb, kvh, D]
-    pages = pages.permute(2, 0, 4, 1, 3, 5).reshape(2, b, kv.shape[-2], keep.shape[-1], kv.shape[-1])
-    pages = torch.where(keep[None, :, None, :, None], pages, torch.zeros((), dtype=pages.dtype, device=pages.device))
-    return pages[0].to(dtype), pages[1].to(dtype)
+    b = bt.shape[0]
+    idx, drop = bt.clamp(min=0), ~keep[:, :, None, None]
+    out = []
+    for f in (0, 1):
+        x = kv[:, f][idx].reshape(b, keep.shape[-1], kv.shape[-2], kv.shape[-1])   # a fresh gathered copy
+        out.append(x.masked_fill_(drop, 0).transpose(1, 2).to(dtype))
+    return out
 
 
 def _query_mask(keep, qpos, window, first: int = 0):

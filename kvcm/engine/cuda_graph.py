@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import sampler
 from .batch import StepBuffers, ceil_div
 from .runner import ModelRunner, StepItem
 
@@ -57,7 +58,7 @@ class StaticStep:
                                device=runner.device, pinned=True)
         self.ctx = None
         self.graph = None
-        self.logits = None
+        self.greedy = None          # [2, R] tokens and margins of every logit row, computed inside the graph
 
     @property
     def num_tokens(self) -> int:
@@ -84,8 +85,8 @@ class StaticStep:
         return sum(it.num_logits for it in items)
 
     def forward(self) -> torch.Tensor:
-        """The graph-safe forward: logits of every logit row, [R, vocab]."""
-        return self.runner.forward(self.buf, self.ctx)
+        """The graph-safe forward and greedy choice: [2, R] (``sampler.greedy_packed`` of every logit row)."""
+        return sampler.greedy_packed(self.runner.forward(self.buf, self.ctx))
 
     def capture(self, pool=None) -> None:
         stream = torch.cuda.Stream()
@@ -96,15 +97,15 @@ class StaticStep:
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool):
-            self.logits = self.forward()
+            self.greedy = self.forward()
 
-    def run(self, items: list[StepItem]) -> torch.Tensor:
-        """Logits of the items' logit rows, [sum of num_logits, vocab]."""
+    def run(self, items: list[StepItem]) -> tuple[list[int], list[float]]:
+        """Greedy tokens and margins of the items' logit rows (``sampler.greedy`` of their logits)."""
         k = self.fill(items)
         if self.graph is not None:
             self.graph.replay()
-            return self.logits[:k]
-        return self.forward()[:k]
+            return sampler.unpack(self.greedy, k)
+        return sampler.unpack(self.forward(), k)
 
 
 def default_token_buckets(max_batch_size: int, max_num_tokens: int | None, *, limit: int = 8192) -> list[int]:
@@ -188,7 +189,7 @@ class StepGraphs:
         return min(fits, key=lambda s: s.num_tokens) if fits else None
 
     @torch.inference_mode()
-    def run(self, static: StaticStep, items: list[StepItem]) -> torch.Tensor:
+    def run(self, static: StaticStep, items: list[StepItem]) -> tuple[list[int], list[float]]:
         self.runner._trace(items)
         self.num_replays += 1
         self.num_bucket_replays += static.q_len is None

@@ -116,8 +116,10 @@ class LLM:
     def _step(self, scheduler: Scheduler):
         seqs, items = scheduler.schedule()
         static = self.graphs.pick(items) if self.graphs is not None else None
-        logits = self.graphs.run(static, items) if static is not None else self.runner.run(items)
-        tokens, margins = sampler.greedy(logits)
+        if static is not None:
+            tokens, margins = self.graphs.run(static, items)
+        else:
+            tokens, margins = sampler.greedy(self.runner.run(items))
         return scheduler.postprocess(seqs, items, tokens, margins)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[RequestOutput]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import attention, triton_attention
+from . import attention, fused, triton_attention
 from .attention import AttentionContext, GroupMeta
 from .batch import Filled, StepBuffers
 from .trace import Tracer
@@ -49,6 +49,7 @@ class ModelRunner:
         self.group_of_layer = {li: mgr.group_of_layer(li) for li in range(self.num_layers)}
         self.windows = [g.window for g in mgr.layer_groups]
         self.use_kernel = triton_attention.available(self.device.type)
+        self.fused = fused.fused_ops(model, self.device)
         # every config object the attention modules read ``_attn_implementation`` from
         self._configs = list({id(m.config): m.config for m in model.modules()
                               if hasattr(m, "config") and hasattr(m.config, "_attn_implementation")}.values())
@@ -56,13 +57,15 @@ class ModelRunner:
 
     @contextlib.contextmanager
     def paged(self):
-        """Route the model's attention to the paged function for one forward, then restore: the same model
-        object can still run Hugging Face ``generate`` (eager / sdpa) outside the engine."""
+        """Route the model's attention to the paged function (and, where the kernels run, its small ops to the
+        fused ones) for one forward, then restore: the same model object can still run Hugging Face ``generate``
+        (eager / sdpa) outside the engine."""
         saved = [c._attn_implementation for c in self._configs]
         for c in self._configs:
             c._attn_implementation = attention.NAME
         try:
-            yield
+            with self.fused.swapped() if self.fused is not None else contextlib.nullcontext():
+                yield
         finally:
             for c, s in zip(self._configs, saved):
                 c._attn_implementation = s

@@ -1,16 +1,28 @@
 """Greedy sampling. The top1 - top2 logit margin is kept so parity reports can tell a real divergence from a
-near tie that bf16 rounding may flip."""
+near tie that bf16 rounding may flip.
+
+``greedy_packed`` is tensors only (a CUDA graph captures it after the logits, so a replayed step hands the host
+one small tensor); ``unpack`` is the one device-to-host copy.
+"""
 from __future__ import annotations
 
 import torch
 
 
-def greedy(logits: torch.Tensor) -> tuple[list[int], list[float]]:
-    """``logits`` [n, vocab] -> (argmax token per row, top1 - top2 margin per row), computed in fp32."""
+def greedy_packed(logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` [n, vocab] -> [2, n] float64: the argmax token of each row and its top1 - top2 margin (fp32)."""
     logits = logits.float()
     if logits.shape[-1] < 2:
-        return logits.argmax(-1).tolist(), [float("inf")] * logits.shape[0]
+        return torch.stack([logits.argmax(-1).double(), torch.full_like(logits[:, 0], float("inf")).double()])
     top = logits.topk(2, dim=-1)
-    tokens = top.indices[:, 0]
-    margins = top.values[:, 0] - top.values[:, 1]
-    return tokens.tolist(), margins.tolist()
+    return torch.stack([top.indices[:, 0].double(), (top.values[:, 0] - top.values[:, 1]).double()])
+
+
+def unpack(packed: torch.Tensor, n: int) -> tuple[list[int], list[float]]:
+    tokens, margins = packed[:, :n].tolist()
+    return [int(t) for t in tokens], margins
+
+
+def greedy(logits: torch.Tensor) -> tuple[list[int], list[float]]:
+    """``logits`` [n, vocab] -> (argmax token per row, top1 - top2 margin per row), computed in fp32."""
+    return unpack(greedy_packed(logits), logits.shape[0])

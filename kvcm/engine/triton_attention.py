@@ -138,9 +138,8 @@ if triton is not None:
             base = tl.where(k_ok, blk, 0) * s_pb + (kpos % TPB) * s_pt + kvh * s_ph
             kt = tl.load(kv_ptr + base[None, :] + d[:, None], mask=k_ok[None, :] & d_ok[:, None], other=0.0)
             v = tl.load(kv_ptr + s_pf + base[:, None] + d[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
-            if UPCAST:
-                kt = kt.to(tl.float32)
-                v = v.to(tl.float32)
+            kt = kt.to(q.dtype)        # pages may be kept in another dtype than the model computes in
+            v = v.to(q.dtype)
             s = tl.dot(q, kt, input_precision=PRECISION) * scale
             keep = row_ok[:, None] & k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
             keep = keep & (kpos[None, :] > qpos[:, None] - window)

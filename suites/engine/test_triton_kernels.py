@@ -1,4 +1,4 @@
-"""The Triton kernels (``kvcm.engine.triton_attention``) against a plain reference and inside the engine.
+"""The Triton kernels (``triton_attention``, ``fused``) against a plain reference and inside the engine.
 
 On a CUDA machine they run natively. On the CPU, ``test_kernels_under_the_triton_interpreter`` re-runs this file
 in a subprocess with ``TRITON_INTERPRET=1`` (the interpreter executes the same kernels on CPU tensors), so the
@@ -125,3 +125,55 @@ def test_engine_on_the_kernels_matches_hf_generate(device, arch, kvcm_version):
     static = LLM(model, cuda_graph=True, cuda_graph_batch_sizes=[1, 2], cuda_graph_token_buckets=[16], **kw)
     assert [o.token_ids for o in static.generate(prompts, params)] == ref
     assert static.graphs.num_bucket_replays > 0 and static.graphs.num_replays > static.graphs.num_bucket_replays
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_ops_compute_what_hugging_face_computes(device, dtype):
+    """RMSNorm, rotary embedding and SiLU-and-mul, each one kernel, against the modules and function they
+    stand in for (fp32: to rounding of the mean's sum; bf16: to one bf16 step)."""
+    from transformers.models.llama import modeling_llama as hf
+    from kvcm.engine import fused
+    g = torch.Generator().manual_seed(3)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    x = torch.randn(7, 576, generator=g).to(dtype)
+    norm = hf.LlamaRMSNorm(576, eps=1e-5)
+    norm.weight.data = torch.randn(576, generator=g).to(dtype)
+    ref = norm(x)
+    got = fused.rmsnorm(x.to(device), norm.weight.to(device), 1e-5).cpu()
+    assert got.dtype == ref.dtype
+    torch.testing.assert_close(got, ref, **tol)
+    q = torch.randn(2, 5, 9, 64, generator=g).to(dtype).transpose(1, 2)      # [B, H, T, D] views, as HF makes
+    k = torch.randn(2, 5, 3, 64, generator=g).to(dtype).transpose(1, 2)
+    ang = torch.randn(2, 5, 32, generator=g)
+    cos, sin = torch.cat([ang.cos()] * 2, -1).to(dtype), torch.cat([ang.sin()] * 2, -1).to(dtype)
+    rq, rk = hf.apply_rotary_pos_emb(q, k, cos, sin)
+    gq, gk = fused.rotary(q.to(device), k.to(device), cos.to(device), sin.to(device))
+    assert gq.shape == rq.shape and gk.shape == rk.shape
+    torch.testing.assert_close(gq.cpu(), rq, **tol)
+    torch.testing.assert_close(gk.cpu(), rk, **tol)
+    gate, up = torch.randn(7, 1536, generator=g).to(dtype), torch.randn(7, 1536, generator=g).to(dtype)
+    ref = torch.nn.functional.silu(gate) * up
+    torch.testing.assert_close(fused.silu_mul(gate.to(device), up.to(device)).cpu(), ref, **tol)
+
+
+def test_fused_ops_are_swapped_in_only_inside_an_engine_forward(device):
+    """Inside the runner's forward the model's norms and MLPs run the fused kernels; outside it (Hugging Face
+    generate on the same model object) they run their own code again."""
+    from transformers.models.llama import modeling_llama as hf
+    from kvcm.engine.runner import ModelRunner, StepItem
+    model, _ = tiny_model("llama", seed=1, device=device)
+    spec = kvcm.ModelSpec.from_hf_config(model.config)
+    mgr = kvcm.create_kv_cache_manager("v2", spec, kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=256),
+                                       max_batch_size=2, max_seq_len=64, device=device)
+    runner = ModelRunner(model, mgr, device)
+    assert runner.fused is not None and len(runner.fused.forwards) == 2 * 2 + 1 + 2    # norms, final norm, MLPs
+    seen = []
+    original = hf.apply_rotary_pos_emb
+    norm = model.model.layers[0].input_layernorm
+    hook = norm.register_forward_hook(lambda m, a, out: seen.append(("forward" in m.__dict__,
+                                                                     hf.apply_rotary_pos_emb is not original)))
+    mgr.begin_context_chunk("r", 0, 5, 5)
+    runner.run([StepItem("r", [5, 6, 7, 8, 9], 0, decode=False)])
+    model(torch.tensor([[5, 6, 7]], device=device))
+    hook.remove()
+    assert seen == [(True, True), (False, False)]
