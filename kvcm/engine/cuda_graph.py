@@ -19,6 +19,7 @@ everywhere; replaying a graph gives the same greedy tokens as the eager path.
 """
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 import torch
@@ -209,18 +210,21 @@ def estimation_manager(llm):
                                         **llm.manager_kwargs())
 
 
+def _warm_estimation_cache(llm, **kw):
+    """Everything that references the temporary manager lives in this call, so it is garbage when it returns."""
+    graphs = StepGraphs(ModelRunner(llm.model, estimation_manager(llm), llm.device), llm.max_seq_len, capture=False)
+    report = graphs.warmup(cache="estimation", keep=False, **kw)
+    graphs.release()
+    return report
+
+
 def warmup_estimation(llm, *, batch_sizes=None, draft_lens=None, two_model=False):
-    """Warm up on a temporary estimation cache and free it; returns its report."""
-    est = estimation_manager(llm)
-    try:
-        graphs = StepGraphs(ModelRunner(llm.model, est, llm.device), llm.max_seq_len, capture=False)
-        report = graphs.warmup(batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model,
-                               cache="estimation", keep=False)
-        graphs.release()
-    finally:
-        del est
-        if llm.device.type == "cuda":
-            torch.cuda.empty_cache()
+    """Warm up on a temporary estimation cache and free it; returns its report. On CUDA its pages go back to
+    the device before the final cache is sized from free memory (a cached block would halve that budget)."""
+    report = _warm_estimation_cache(llm, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model)
+    if llm.device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
     return report
 
 

@@ -162,3 +162,18 @@ def test_token_bucket_graphs_match_eager_on_gpu(kvcm_version):
     assert [o.token_ids for o in outs] == [o.token_ids for o in eager]
     refs = hf_generate(model, prompts, 20, eos_token_id=[])
     assert [o.token_ids for o in outs] == [r.token_ids for r in refs]
+
+
+@pytest.mark.gpu(count=1)
+def test_estimation_cache_is_returned_before_the_final_cache_is_sized():
+    """The final cache's budget is its fraction of the free memory the engine started with: the estimation
+    cache (the same fraction) must be back on the device first, or the final pool comes out near half size."""
+    model, _ = tiny_model("llama", seed=0, device="cuda")
+    torch.cuda.empty_cache()
+    free = torch.cuda.mem_get_info()[0]
+    cfg = kvcm.KvCacheConfig(tokens_per_block=8, free_gpu_memory_fraction=0.2)
+    llm = LLM(model, manager_version="v2", kv_cache_config=cfg, max_batch_size=4, max_seq_len=64, device="cuda",
+              cuda_graph=True)
+    assert llm.warmup_reports[0].cache == "estimation"
+    assert llm.manager.budget_bytes >= 0.2 * free * 0.97, (llm.manager.budget_bytes, free)
+    llm.close()
