@@ -14,8 +14,9 @@ On CUDA both steps are one Triton launch each (``triton_attention.py``: no gathe
 any mix of decodes and prefill chunks). Elsewhere the torch reference below does the same arithmetic: the
 leading rows that share one query length (decodes, or a graph's decode shape) in one batched gather of their
 block tables, padded to the longest and masked; the other rows (prefill chunks) one by one over the pages
-their queries can see. Released (-1) and padding entries are clamped to block 0 for the gather and then zeroed
-and masked, so a stale page's content can never reach the output (not even a NaN in a recycled page).
+their queries can see. Released (-1) and padding entries are clamped to block 0 for the gather and masked, and
+non-finite values gathered are zeroed, so a stale page's content can never reach the output (not even a NaN in
+a recycled page).
 Rotary embeddings and q/k norms (Qwen3) are applied by the model before this is called; GQA folds query heads
 onto their kv head instead of repeating K/V.
 """
@@ -76,8 +77,8 @@ def _layer_window(module, kwargs) -> int | None:
     return int(w) if w else None
 
 
-def _gqa_sdpa(q, k, v, mask, scale):
-    """q [B, ql, H, D], k/v [B, kvh, L, D], mask [B, ql, L] bool -> [B, ql, H, D].
+def _gqa_sdpa(q, k, v, bias, scale):
+    """q [B, ql, H, D], k/v [B, kvh, L, D], bias [B, 1, rep * ql, L] (0 or -inf) -> [B, ql, H, D].
 
     Query heads are folded onto their kv head (head h reads kv head h // (H / kvh), as HF's ``repeat_kv``), so
     K/V are never repeated in memory: SDPA sees [B, kvh, rep * ql, D] queries."""
@@ -85,8 +86,7 @@ def _gqa_sdpa(q, k, v, mask, scale):
     kvh = k.shape[1]
     rep = heads // kvh
     qg = q.reshape(b, ql, kvh, rep, d).permute(0, 2, 3, 1, 4).reshape(b, kvh, rep * ql, d)
-    m = mask[:, None, None].expand(b, 1, rep, ql, mask.shape[-1]).reshape(b, 1, rep * ql, mask.shape[-1])
-    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=m, scale=scale)
+    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=bias, scale=scale)
     return o.reshape(b, kvh, rep, ql, d).permute(0, 3, 1, 2, 4).reshape(b, ql, heads, d)
 
 
@@ -98,29 +98,32 @@ def _held(bt, kv_lens, tpb):
     return held & (j[None] < kv_lens[:, None])
 
 
-def _pages(kv, bt, keep, dtype):
-    """K, V [B, kvh, MB * tpb, D] of block tables ``bt``; every position not in ``keep`` is zero."""
+def _pages(kv, bt, dtype):
+    """K, V [B, kvh, MB * tpb, D] of block tables ``bt`` (-1 entries read block 0, which the mask drops).
+
+    Masked positions must contribute exactly nothing, and a -inf score only does that for finite K/V: so every
+    non-finite value gathered (a NaN in a recycled or foreign page) is zeroed first."""
     b = bt.shape[0]
-    idx, drop = bt.clamp(min=0), ~keep[:, :, None, None]
-    out = []
-    for f in (0, 1):
-        x = kv[:, f][idx].reshape(b, keep.shape[-1], kv.shape[-2], kv.shape[-1])   # a fresh gathered copy
-        out.append(x.masked_fill_(drop, 0).transpose(1, 2).to(dtype))
-    return out
+    idx = bt.reshape(-1).clamp(min=0)
+    return [kv[:, f].index_select(0, idx).nan_to_num_(0.0, 0.0, 0.0).to(dtype)     # a fresh copy per factor
+            .view(b, -1, kv.shape[-2], kv.shape[-1]).transpose(1, 2) for f in (0, 1)]
 
 
-def _query_mask(keep, qpos, window, first: int = 0):
-    """keep [B, L] (key j is position first + j), qpos [B, ql] -> [B, ql, L]: causal, windowed, held."""
+def _bias(keep, qpos, window, rep: int, dtype, first: int = 0):
+    """keep [B, L] (key j is position first + j), qpos [B, ql] -> SDPA bias [B, 1, rep * ql, L]: 0 where the
+    query may read the key (held, causal, in the window), -inf elsewhere; rows repeat per folded head."""
     j = first + torch.arange(keep.shape[-1], device=keep.device)
     mask = keep[:, None, :] & (j[None, None, :] <= qpos[:, :, None])
     if window is not None:
         mask = mask & (j[None, None, :] > qpos[:, :, None] - window)
-    return mask
+    b, ql, length = mask.shape
+    mask = mask[:, None, None].expand(b, 1, rep, ql, length).reshape(b, 1, rep * ql, length)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
-def _row_plans(ctx: AttentionContext, g: int, window: int | None):
-    """Per group and window, what the layers share: (packed rows, block table, keep, mask) per attention call."""
-    key = (g, window)
+def _row_plans(ctx: AttentionContext, g: int, window: int | None, rep: int, dtype):
+    """Per group and window, what the layers share: (packed rows, block table, SDPA bias) per attention call."""
+    key = (g, window, rep, dtype)
     if key in ctx.cache:
         return ctx.cache[key]
     meta, tpb, dev = ctx.groups[g], ctx.tokens_per_block, ctx.seq_lens.device
@@ -129,9 +132,8 @@ def _row_plans(ctx: AttentionContext, g: int, window: int | None):
     if nu:
         kv_lens = ctx.seq_lens[:nu]
         bt = meta.block_table[:nu]
-        keep = _held(bt, kv_lens, tpb)
         qpos = kv_lens[:, None] - ql + torch.arange(ql, device=dev)[None]
-        plans.append(((0, nu * ql, nu, ql), bt, keep, _query_mask(keep, qpos, window)))
+        plans.append(((0, nu * ql, nu, ql), bt, _bias(_held(bt, kv_lens, tpb), qpos, window, rep, dtype)))
     qs, lens = ctx.host_query_start, ctx.host_seq_lens
     for s in range(nu, len(lens)):
         a, b, kv_len = int(qs[s]), int(qs[s + 1]), int(lens[s])
@@ -142,7 +144,7 @@ def _row_plans(ctx: AttentionContext, g: int, window: int | None):
         bt = meta.block_table[s:s + 1, first:(kv_len - 1) // tpb + 1]
         keep = _held(bt, ctx.seq_lens[s:s + 1] - first * tpb, tpb)
         qpos = torch.arange(pos0, kv_len, device=dev)[None]
-        plans.append(((a, b, 1, b - a), bt, keep, _query_mask(keep, qpos, window, first * tpb)))
+        plans.append(((a, b, 1, b - a), bt, _bias(keep, qpos, window, rep, dtype, first * tpb)))
     ctx.cache[key] = plans
     return plans
 
@@ -150,12 +152,12 @@ def _row_plans(ctx: AttentionContext, g: int, window: int | None):
 def _torch_attention(ctx: AttentionContext, g: int, window: int | None, q, kv, scale):
     """The reference: q [T, H, D] -> [T, H, D] (rows of no sequence, or of KV length 0, stay 0)."""
     heads = q.shape[1]
-    plans = _row_plans(ctx, g, window)
+    plans = _row_plans(ctx, g, window, heads // kv.shape[-2], q.dtype)
     covered = sum(b - a for (a, b, _, _), *_ in plans)
     out = torch.empty_like(q) if covered == q.shape[0] else torch.zeros_like(q)
-    for (a, b, rows, ql), bt, keep, mask in plans:
-        k, v = _pages(kv, bt, keep, q.dtype)
-        out[a:b] = _gqa_sdpa(q[a:b].reshape(rows, ql, heads, -1), k, v, mask, scale).reshape(b - a, heads, -1)
+    for (a, b, rows, ql), bt, bias in plans:
+        k, v = _pages(kv, bt, q.dtype)
+        out[a:b] = _gqa_sdpa(q[a:b].reshape(rows, ql, heads, -1), k, v, bias, scale).reshape(b - a, heads, -1)
     return out
 
 
