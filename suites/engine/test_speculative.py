@@ -54,6 +54,18 @@ def test_truncated_drafter_gives_target_tokens(target, prompts, reference, d, tv
         assert not mgr.request_ids
 
 
+@pytest.mark.gpu(count=1)
+@pytest.mark.parametrize("d", [1, 2, 4])
+@pytest.mark.parametrize("tv,dv", PAIRS, ids=[f"target_{a}-draft_{b}" for a, b in PAIRS])
+def test_truncated_drafter_gives_target_tokens_on_gpu(prompts, d, tv, dv, greedy_parity):
+    """The same exactness on CUDA, where both models run the Triton paged kernels (fp32)."""
+    target = tiny_model("llama", num_hidden_layers=4, device="cuda")[0]
+    reference = hf_generate(target, prompts, NEW_TOKENS, eos_token_id=[])
+    llm = spec(target, truncated_drafter(target, 3), d, tv, dv, device="cuda")
+    _check(greedy_parity, reference, llm.generate(prompts, NEW_TOKENS), prompts, ("target", f"spec_d{d}"))
+    assert llm.stats.accepted > 0
+
+
 @pytest.mark.parametrize("d", [1, 4])
 def test_other_model_as_drafter_gives_target_tokens(target, prompts, reference, d, greedy_parity):
     """A drafter that is nearly always wrong exercises the rewind of every rejected slot."""

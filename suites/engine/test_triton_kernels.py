@@ -31,6 +31,7 @@ def device():
     pytest.skip("no CUDA here: test_kernels_under_the_triton_interpreter runs this under the interpreter")
 
 
+@pytest.mark.slow
 def test_kernels_under_the_triton_interpreter():
     if torch.cuda.is_available() or triton_attention.interpreted():
         pytest.skip("the kernels run directly here")
