@@ -1,5 +1,5 @@
 """Model runner: turns a scheduled step into one packed forward over the paged cache and returns the logits of
-each sequence's last token.
+each sequence's last token (or last ``num_logits`` tokens).
 
 The decoder body (``model.model``) runs on every token; the LM head only on the rows whose logits are sampled,
 which for a long prefill is most of the head's cost saved. The manager calls (begin/end of a chunk or a step)
@@ -75,12 +75,12 @@ class ModelRunner:
     def tables(self, items: list[StepItem]) -> list[list[list[int]]]:
         return [self.mgr.block_table(it.request_id) for it in items]
 
-    def fill(self, buf: StepBuffers, items: list[StepItem], **pad) -> AttentionContext:
+    def fill(self, buf: StepBuffers, items: list[StepItem], tables=None, **pad) -> AttentionContext:
         """Write a step into ``buf``; returns the attention context over ``buf``'s device tensors."""
         order = sorted(range(len(items)), key=lambda i: not items[i].decode)
         if order != list(range(len(items))):
             raise ValueError("decode items must come before prefill items")
-        filled = buf.fill(items, self.tables(items), tpb=self.tpb, **pad)
+        filled = buf.fill(items, self.tables(items) if tables is None else tables, tpb=self.tpb, **pad)
         return self.context(buf, filled)
 
     def context(self, buf: StepBuffers, filled: Filled) -> AttentionContext:
@@ -119,7 +119,7 @@ class ModelRunner:
         """One packed forward; returns logits [sum of num_logits, vocab] in item order."""
         tables = self.tables(items)
         buf = StepBuffers.for_items(items, tables, tpb=self.tpb, device=self.device)
-        ctx = self.fill(buf, items)
+        ctx = self.fill(buf, items, tables)
         self._trace(items)
         return self.forward(buf, ctx)
 
