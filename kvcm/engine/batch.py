@@ -30,11 +30,8 @@ def ceil_div(a, b):
 
 @dataclass
 class Filled:
-    """What a fill produced that the host needs: real rows and tokens, logit rows returned, and the leading
-    rows that share one query length (the torch reference attends to those in one batch)."""
-    num_seqs: int
-    num_tokens: int
-    num_logits: int
+    """What the host keeps of a fill: the leading rows that share one query length (the torch reference
+    attends to those in one batch)."""
     num_uniform: int
     uniform_q_len: int
 
@@ -156,4 +153,4 @@ class StepBuffers:
                 uniform += 1
             if uniform == n and pad_q_len == q0:
                 uniform = S
-        return Filled(n, t, k, uniform, int(q_lens[0]) if n else (pad_q_len or 1))
+        return Filled(uniform, int(q_lens[0]) if n else (pad_q_len or 1))

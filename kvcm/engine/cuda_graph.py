@@ -73,9 +73,10 @@ class StaticStep:
             return shape.decode_q_len == self.q_len
         return shape.num_tokens == b.num_tokens or (shape.num_tokens < b.num_tokens and shape.num_seqs < b.num_seqs)
 
-    def fill(self, items: list[StepItem]) -> int:
-        """Copy a step into the buffers; returns how many logit rows are real."""
-        if items and not self.fits(StepShape.of(items)):
+    def fill(self, items: list[StepItem], *, checked: bool = False) -> int:
+        """Copy a step into the buffers (``checked``: ``fits`` already said yes); returns how many logit rows
+        are real."""
+        if items and not checked and not self.fits(StepShape.of(items)):
             raise ValueError(f"a step of {len(items)} items does not fit the static step of {self.buf.num_seqs} "
                              f"rows and {self.buf.num_tokens} tokens (query length {self.q_len})")
         ctx = self.runner.fill(self.buf, items, pad_tables=self.pad_tables, pad_q_len=self.q_len)
@@ -101,8 +102,9 @@ class StaticStep:
             self.greedy = self.forward()
 
     def run(self, items: list[StepItem]) -> tuple[list[int], list[float]]:
-        """Greedy tokens and margins of the items' logit rows (``sampler.greedy`` of their logits)."""
-        k = self.fill(items)
+        """Greedy tokens and margins of the items' logit rows (``sampler.greedy`` of their logits); the items
+        are ones ``StepGraphs.pick`` chose this step for."""
+        k = self.fill(items, checked=True)
         if self.graph is not None:
             self.graph.replay()
             return sampler.unpack(self.greedy, k)
