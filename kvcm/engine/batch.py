@@ -23,9 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-
-def ceil_div(a, b):
-    return -(-a // b)
+from kvcm.layer_groups import ceil_div
 
 
 @dataclass
@@ -106,7 +104,7 @@ class StepBuffers:
         if n < S and pad_q_len is None:
             pos[t:] = 0
         page, offset = pos // tpb, pos % tpb
-        need = (seq_lens[:n] + tpb - 1) // tpb
+        need = ceil_div(seq_lens[:n], tpb)
         rows = np.repeat(np.arange(n), need)
         cols = np.arange(rows.size) - np.repeat(np.cumsum(need) - need, need)
         for g in range(self.num_groups):

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcm.layer_groups import ceil_div
+
 from . import sampler
-from .batch import StepBuffers, ceil_div
+from .batch import StepBuffers
 from .runner import ModelRunner, StepItem
 
 PAD_REQUEST = "__kvcm_graph_pad__"
