@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import BatchDesc, KvCacheConfig
+from . import validation
 from .errors import ConfigError, OutOfPagesError, UnknownRequestError
 from .block_pool import BlockPool
 from .layer_groups import LayerGroup, build_layer_groups
@@ -147,8 +148,12 @@ class BaseKVCacheManager:
             return self._seqs[request_id]
         except KeyError:
             raise UnknownRequestError(request_id) from None
+        except TypeError:
+            validation.request_id(request_id)  # an unhashable id: raises ConfigError naming it
+            raise
 
     def _new_seq(self, request_id) -> _Sequence:
+        validation.request_id(request_id)
         if request_id in self._seqs:
             raise ConfigError("request_id", request_id, "is already held by this manager")
         seq = _Sequence(blocks=[[] for _ in self.layer_groups], stale_done=[0] * len(self.layer_groups))
@@ -156,7 +161,7 @@ class BaseKVCacheManager:
         return seq
 
     def has_request(self, request_id) -> bool:
-        return request_id in self._seqs
+        return validation.request_id(request_id) in self._seqs
 
     @property
     def request_ids(self) -> list:
@@ -176,7 +181,7 @@ class BaseKVCacheManager:
         return [sum(1 for b in blocks if b >= 0) for blocks in self._seq(request_id).blocks]
 
     def free_resources(self, request_id) -> None:
-        seq = self._seqs.pop(request_id, None)
+        seq = self._seqs.pop(validation.request_id(request_id), None)
         if seq is None:
             raise UnknownRequestError(request_id)
         for pool, blocks in zip(self.pools, seq.blocks):
@@ -198,31 +203,39 @@ class BaseKVCacheManager:
                            kv_reserve_draft_tokens: int | None = None) -> list[DummyRequest] | None:
         """Warmup requests. ``token_nums[i]`` is history plus the current input (default ``1 + drafts``).
 
-        Any failure releases every dummy made by this call and returns None: nothing is left allocated.
+        All or nothing: the whole call is checked before anything is allocated (bad values raise ``ConfigError``),
+        a lack of pages returns None, and any exception while placing releases every dummy this call made.
         """
-        request_ids = list(request_ids)
-        if token_nums is not None and len(token_nums) != len(request_ids):
-            raise ConfigError("token_nums", len(token_nums), f"must have one entry per request id ({len(request_ids)})")
-        if max_num_draft_tokens < 0:
-            raise ConfigError("max_num_draft_tokens", max_num_draft_tokens, "must be >= 0")
-        reserve = max_num_draft_tokens if kv_reserve_draft_tokens is None else kv_reserve_draft_tokens
+        request_ids = validation.request_id_list("request_ids", request_ids)
+        is_gen = validation.flag("is_gen", is_gen)
+        drafts = validation.count("max_num_draft_tokens", max_num_draft_tokens)
+        reserve = drafts if kv_reserve_draft_tokens is None else validation.count("kv_reserve_draft_tokens",
+                                                                                  kv_reserve_draft_tokens)
+        if token_nums is None:
+            token_nums = [1 + drafts] * len(request_ids)
+        else:
+            if isinstance(token_nums, (str, bytes)) or not hasattr(token_nums, "__len__"):
+                raise ConfigError("token_nums", token_nums, "must be a list with one token count per request id")
+            if len(token_nums) != len(request_ids):
+                raise ConfigError("token_nums", len(token_nums),
+                                  f"must have one entry per request id ({len(request_ids)})")
+            token_nums = [validation.count("token_nums", t, 1, self.max_seq_len, "max_seq_len") for t in token_nums]
         held = [rid for rid in request_ids if rid in self._seqs]
-        if held or len(set(map(repr, request_ids))) != len(request_ids):
-            dup = held or [r for i, r in enumerate(request_ids) if r in request_ids[:i]]
-            raise ConfigError("request_ids", dup[0], "must be new and distinct; nothing was allocated")
+        if held:
+            raise ConfigError("request_ids", held[0], "is already held by this manager; nothing was allocated")
         made, out = [], []
-        for i, rid in enumerate(request_ids):
-            token_num = token_nums[i] if token_nums is not None else 1 + max_num_draft_tokens
-            if token_num < 1:
-                self._release_all(made)
-                raise ConfigError("token_nums", token_num, "each dummy needs at least 1 token")
-            self._new_seq(rid)
-            made.append(rid)
-            if not self._place_dummy(rid, token_num, is_gen, reserve):
-                self._release_all(made)
-                return None
-            prompt_len = token_num - 1 if is_gen else token_num
-            out.append(DummyRequest(rid, token_num, prompt_len, is_gen, max_num_draft_tokens, self.get_capacity(rid)))
+        try:
+            for rid, token_num in zip(request_ids, token_nums):
+                self._new_seq(rid)
+                made.append(rid)
+                if not self._place_dummy(rid, token_num, is_gen, reserve):
+                    self._release_all(made)
+                    return None
+                prompt_len = token_num - 1 if is_gen else token_num
+                out.append(DummyRequest(rid, token_num, prompt_len, is_gen, drafts, self.get_capacity(rid)))
+        except BaseException:
+            self._release_all(made)
+            raise
         return out
 
     def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:

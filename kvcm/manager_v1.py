@@ -7,7 +7,8 @@ and never releases stale sliding-window blocks (a simplification: the window onl
 
 from __future__ import annotations
 
-from .errors import ConfigError, OutOfPagesError
+from . import validation
+from .errors import OutOfPagesError
 from .layer_groups import ceil_div
 from .manager import BaseKVCacheManager
 
@@ -47,50 +48,60 @@ class KVCacheManagerV1(BaseKVCacheManager):
         seq.capacity = tokens
 
     def add_tokens(self, request_id, n: int) -> None:
+        n = validation.count("n", n)
         self._set_tokens(request_id, self.get_capacity(request_id) + n, f"add {n} tokens")
 
     def rewind(self, request_id, n: int) -> None:
         seq = self._seq(request_id)
-        if not 0 <= n <= seq.capacity - seq.history:
-            raise ConfigError("rewind", n, f"must be in [0, {seq.capacity - seq.history}] (tokens past history)")
+        n = validation.count("rewind", n, 0, seq.capacity - seq.history, "tokens past history")
         self._set_tokens(request_id, seq.capacity - n, f"rewind {n}")
 
     # ---- engine paths ---------------------------------------------------------------------------------------
     def begin_context_chunk(self, request_id, start: int, num_tokens: int, prompt_len: int, draft_len: int = 0):
         """The first chunk reserves the whole context: ``prompt_len + E + draft_len`` tokens."""
-        if request_id in self._seqs:
+        validation.count("start", start)
+        validation.count("num_tokens", num_tokens)
+        prompt_len = validation.count("prompt_len", prompt_len)
+        draft_len = validation.count("draft_len", draft_len)
+        if self.has_request(request_id):
             return
         self._new_seq(request_id)
         try:
             self._set_tokens(request_id, prompt_len + self.num_extra_kv_tokens + draft_len, "context")
-        except OutOfPagesError:
-            del self._seqs[request_id]
+        except BaseException:
+            self.free_resources(request_id)
             raise
 
     def end_context_chunk(self, request_id, history: int) -> None:
         seq = self._seq(request_id)
-        if history < seq.history or history > seq.capacity:
-            raise ConfigError("history", history, f"must be in [{seq.history}, capacity={seq.capacity}]")
-        seq.history = history
+        seq.history = validation.count("history", history, seq.history, seq.capacity, "history so far, capacity")
 
     def begin_generation(self, request_id, num_draft: int = 0) -> None:
         """Reserve ``1 + max(num_draft, K)`` tokens, K = ``max_draft_len`` (draft slots V1 always reserves)."""
         seq = self._seq(request_id)
-        reserve = max(num_draft, self.max_draft_len)
+        reserve = max(validation.count("num_draft", num_draft), self.max_draft_len)
         self._set_tokens(request_id, seq.capacity + 1 + reserve, "generation")
         seq.reserved_draft = reserve
 
     def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
         """Rewind the reserved draft slots that were not accepted; history = ``num_tokens - 1``."""
         seq = self._seq(request_id)
-        self._set_tokens(request_id, seq.capacity - max(seq.reserved_draft - num_accepted, 0), "rewind")
+        num_draft = validation.count("num_draft", num_draft)
+        num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
+        capacity = seq.capacity - max(seq.reserved_draft - num_accepted, 0)
+        history = validation.count("num_tokens", num_tokens, seq.history + 1, capacity + 1,
+                                   "history so far + 1, capacity after the rewind + 1") - 1
+        self._set_tokens(request_id, capacity, "rewind")
         seq.reserved_draft = 0
-        self.end_context_chunk(request_id, num_tokens - 1)
+        seq.history = history
 
     # ---- queries --------------------------------------------------------------------------------------------
     def get_num_available_tokens(self, *, token_num_upper_bound: int, batch_size: int = 1,
                                  max_num_draft_tokens: int = 0) -> int:
-        """``min(upper_bound, free_blocks * tpb - E - drafts)``; ``batch_size`` is accepted and ignored."""
+        """``min(upper_bound, free_blocks * tpb - E - drafts)``; ``batch_size`` is checked and ignored."""
+        token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
+        validation.count("batch_size", batch_size, 1)
+        max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
         free = min(pool.num_free for pool in self.pools)
         available = free * self.tokens_per_block - self.num_extra_kv_tokens - max_num_draft_tokens
         return max(0, min(token_num_upper_bound, available))

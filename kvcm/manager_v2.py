@@ -10,7 +10,8 @@ from __future__ import annotations
 from .config import BatchDesc, KVCacheDesc
 from .constraints import (NamedConstraint, generic_constraints, split_quota, split_weights, tokens_quota_per_group,
                           typical_step_batch)
-from .errors import ConfigError, OutOfPagesError
+from . import validation
+from .errors import ConfigError
 from .layer_groups import ceil_div
 from .manager import BaseKVCacheManager
 
@@ -71,6 +72,9 @@ class KVCacheManagerV2(BaseKVCacheManager):
         seq = self._seq(request_id)
         cap = seq.capacity if capacity is None else capacity
         hist = seq.history if history is None else history
+        if type(cap) is not int or type(hist) is not int or cap < 0:  # the per-step path pays two type tests
+            cap = validation.count("capacity", cap)
+            hist = validation.count("history", hist)
         if hist < seq.history:
             raise ConfigError("history", hist, f"must not decrease below {seq.history}")
         if hist > cap:
@@ -124,16 +128,20 @@ class KVCacheManagerV2(BaseKVCacheManager):
     # ---- engine paths (SEMANTICS 4.1) -----------------------------------------------------------------------
     def begin_context_chunk(self, request_id, start: int, num_tokens: int, prompt_len: int, draft_len: int = 0):
         """A chunk of n tokens at position p: ``resize(max(capacity, p + n + E))``."""
-        created = request_id not in self._seqs
+        start = validation.count("start", start)
+        num_tokens = validation.count("num_tokens", num_tokens)
+        validation.count("prompt_len", prompt_len)
+        validation.count("draft_len", draft_len)
+        created = not self.has_request(request_id)
         if created:
             self._new_seq(request_id)
         seq = self._seq(request_id)
         try:
             self._resize_or_raise(request_id, max(seq.capacity, start + num_tokens + self.num_extra_kv_tokens), None,
                                   "context chunk")
-        except OutOfPagesError:
+        except BaseException:
             if created:
-                del self._seqs[request_id]
+                self.free_resources(request_id)
             raise
 
     def end_context_chunk(self, request_id, history: int) -> None:
@@ -142,10 +150,15 @@ class KVCacheManagerV2(BaseKVCacheManager):
 
     def begin_generation(self, request_id, num_draft: int = 0) -> None:
         """A generation step with d draft slots: ``resize(capacity + 1 + d)``."""
+        if type(num_draft) is not int or num_draft < 0:
+            num_draft = validation.count("num_draft", num_draft)
         self._resize_or_raise(request_id, self.get_capacity(request_id) + 1 + num_draft, None, "generation")
 
     def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
         """``resize(capacity - max(d - a, 0), history = num_tokens - 1)``."""
+        num_tokens = validation.count("num_tokens", num_tokens, 1)
+        num_draft = validation.count("num_draft", num_draft)
+        num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
         cap = self.get_capacity(request_id) - max(num_draft - num_accepted, 0)
         self.resize(request_id, cap, num_tokens - 1)
 
@@ -156,6 +169,9 @@ class KVCacheManagerV2(BaseKVCacheManager):
 
         The answer is the bound itself or a multiple of tpb less ``extra``: exactly a page boundary.
         """
+        token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
+        batch_size = validation.count("batch_size", batch_size, 1)
+        max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
         tpb, extra = self.tokens_per_block, self.num_extra_kv_tokens + max_num_draft_tokens
         result = self._clamp(batch_size, token_num_upper_bound + extra, extra) - extra
         if self.kv_cache_config.max_tokens is not None:
