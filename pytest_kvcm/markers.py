@@ -9,7 +9,11 @@ Markers (all registered, so ``--strict-markers`` is clean):
   CPU runner is not broken because it has no H100; the lane files decide which machines must run GPU tests.
 * ``cpu_only`` — runs on the CPU whatever the machine; ``--kvcm-gpu-only`` skips these (for a GPU runner that
   only should spend its time on GPU tests).
-* ``accuracy``, ``slow`` — labels for ``-m`` selection (the accuracy sub-plugin gives ``accuracy`` meaning).
+* ``accuracy`` — a label for ``-m`` selection (the accuracy sub-plugin gives it meaning).
+* ``slow`` — minutes each on a CPU (the SmolLM2 model gates). Skipped by default, with a reason, so a
+  newcomer's first ``pytest`` finishes in minutes; ``--kvcm-slow`` (ini ``kvcm_slow = true``) runs them, and
+  so does any ``-m`` expression that names ``slow`` (``-m slow`` runs only them). A lane entry is not an
+  opt-in: CI runs the slow tests as their own invocation.
 * ``kvcm_versions(*versions)`` — registered here; the versions sub-plugin implements it.
 
 The machine facts come from :mod:`pytest_kvcm.machine` (``--kvcm-machine`` simulates another machine).
@@ -46,6 +50,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--kvcm-gpu-only", dest="kvcm_gpu_only", action="store_true", default=False,
         help="skip tests marked cpu_only",
     )
+    group.addoption(
+        "--kvcm-slow", dest="kvcm_slow", action="store_true", default=None,
+        help="also run tests marked slow (the model gates: minutes each on a CPU); default: skip them, as does "
+        "ini kvcm_slow = false. '-m slow' (any -m naming slow) selects them too",
+    )
+    parser.addini("kvcm_slow", type="bool", default=False, help="run tests marked slow (see --kvcm-slow)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -100,13 +110,30 @@ def unmet_reason(machine: MachineInfo, count: int, mem: float | None, sm: int | 
     return f"{describe_need(count, mem, sm)}; {who} has {machine.describe()}"
 
 
+SLOW_SKIP = "slow test (minutes on a CPU): skipped by default; --kvcm-slow or -m slow runs it"
+
+
+def run_slow(config: pytest.Config) -> bool:
+    """Whether tests marked ``slow`` run: asked for by option, ini, or a ``-m`` expression naming ``slow``."""
+    opt = config.getoption("kvcm_slow")
+    if opt is not None:
+        return opt
+    if "slow" in (config.getoption("markexpr", "") or ""):
+        return True
+    return bool(config.getini("kvcm_slow"))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_only = config.getoption("kvcm_gpu_only")
+    slow = run_slow(config)
     machine = None  # detected only if some selected test asks for a GPU (reading torch.cuda costs time)
     for item in items:
         if gpu_only and item.get_closest_marker("cpu_only") is not None:
             item.add_marker(pytest.mark.skip(reason="cpu_only test; --kvcm-gpu-only skips cpu_only tests"))
+        if not slow and item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.skip(reason=SLOW_SKIP))
+            continue
         mark = item.get_closest_marker("gpu")
         if mark is None:
             continue
@@ -117,8 +144,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [] if run_slow(config) else ["kvcm: tests marked slow are skipped; --kvcm-slow runs them"]
     if config.getoption("kvcm_machine") or os.environ.get(ENV_MACHINE):
         m = machine_for(config)
-        return f"kvcm machine (simulated by {m.source}): {m.describe()}, {m.cpu_count} CPU(s)"
-    return None
+        lines.append(f"kvcm machine (simulated by {m.source}): {m.describe()}, {m.cpu_count} CPU(s)")
+    return lines

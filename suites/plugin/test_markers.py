@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pytest_kvcm.machine import MachineInfo, detect, from_override
-from pytest_kvcm.markers import unmet_reason
+from pytest_kvcm.markers import SLOW_SKIP, unmet_reason
 
 H100x2 = json.dumps({"gpu_count": 2, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_gb": 85.0, "sm": 90})
 A10 = json.dumps({"gpu_names": ["NVIDIA A10"], "gpu_memory_gb": [23.7], "sm": [86]})
@@ -52,11 +52,43 @@ def test_all_markers_are_registered_for_strict_markers(pytester):
         @pytest.mark.gpu(count=1, min_memory_gb=None, min_sm=None)
         def test_gpu(): pass
     """)
-    rec = run(pytester, "--strict-markers", "--kvcm-machine", H100x2)
+    rec = run(pytester, "--strict-markers", "--kvcm-machine", H100x2, "--kvcm-slow")
     rec.assertoutcome(passed=2)
     result = pytester.runpytest_inprocess("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.gpu(count=1, min_memory_gb=None, min_sm=None): *",
                                  "@pytest.mark.kvcm_versions(*versions): *"], consecutive=False)
+
+
+SLOW_TESTS = """
+    import pytest
+    @pytest.mark.slow
+    def test_model_gate(): pass
+    def test_quick(): pass
+"""
+
+
+def test_slow_tests_skip_by_default_with_a_reason_naming_the_opt_in(pytester):
+    pytester.makepyfile(SLOW_TESTS)
+    rec = run(pytester)
+    assert skip_reasons(rec) == {"test_model_gate": SLOW_SKIP}
+    rec.assertoutcome(passed=1, skipped=1)
+    assert "--kvcm-slow" in SLOW_SKIP and "-m slow" in SLOW_SKIP
+
+
+@pytest.mark.parametrize("args, ini, passed", [
+    (["--kvcm-slow"], None, 2),
+    (["-m", "slow"], None, 1),               # -m naming slow is an opt-in, and selects only them
+    (["-m", "slow or not slow"], None, 2),
+    ([], "kvcm_slow = true", 2),
+])
+def test_slow_tests_run_when_asked_for(pytester, args, ini, passed):
+    pytester.makepyfile(SLOW_TESTS)
+    if ini:
+        pytester.makeini(f"[pytest]\naddopts = -p no:cacheprovider -p no:hypothesispytest\n{ini}\n")
+        rec = pytester.inline_run(*args)
+    else:
+        rec = run(pytester, *args)
+    rec.assertoutcome(passed=passed)
 
 
 def test_gpu_tests_skip_on_a_cpu_machine_naming_need_and_have(pytester):
