@@ -259,7 +259,8 @@ def profile_decode(model, tok, device, dtype_name, bs, n, max_seq_len, prompts_t
         setattr(owner, name, timed)
 
     wrap(scheduler.Scheduler, "schedule", "schedule")
-    wrap(scheduler.Scheduler, "postprocess", "postprocess")
+    wrap(scheduler.Scheduler, "commit", "commit")
+    wrap(scheduler.Scheduler, "complete", "complete")
     wrap(cuda_graph.StaticStep, "fill", "fill (host, H2D copy)")
     wrap(torch.cuda.CUDAGraph, "replay", "replay launch")
     wrap(torch.cuda.CUDAGraph, "replay", "replay + wait for GPU", after=torch.cuda.synchronize)

@@ -58,6 +58,7 @@ class StepBuffers:
             self.d[name] = self._dev[offset:offset + n].view(shape)
             offset += n
         self.num_groups = num_groups
+        self._copied = None      # CUDA event: the last host-to-device copy has read the host buffer
 
     @classmethod
     def for_items(cls, items, tables, *, tpb: int, device) -> "StepBuffers":
@@ -75,6 +76,8 @@ class StepBuffers:
         token has no page (capacity must cover every new token).
         """
         h, n, S, T = self.h, len(items), self.num_seqs, self.num_tokens
+        if self._copied is not None:   # an overlapped loop refills while the last copy may still be queued
+            self._copied.synchronize()
         q_lens = np.fromiter((len(it.token_ids) for it in items), np.int64, n)
         starts = np.fromiter((it.start for it in items), np.int64, n)
         t = int(q_lens.sum())
@@ -144,6 +147,9 @@ class StepBuffers:
         lr[k:] = 0
         if self._dev is not self._host:
             self._dev.copy_(self._host, non_blocking=self._host.is_pinned())
+            if self._host.is_pinned():
+                self._copied = torch.cuda.Event()
+                self._copied.record()
         uniform = 0
         if n:
             q0 = int(q_lens[0])

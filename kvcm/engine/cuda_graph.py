@@ -103,14 +103,18 @@ class StaticStep:
         with torch.cuda.graph(self.graph, pool=pool):
             self.greedy = self.forward()
 
-    def run(self, items: list[StepItem]) -> tuple[list[int], list[float]]:
-        """Greedy tokens and margins of the items' logit rows (``sampler.greedy`` of their logits); the items
-        are ones ``StepGraphs.pick`` chose this step for."""
+    def launch(self, items: list[StepItem]) -> tuple[torch.Tensor, int]:
+        """Fill and replay (on the CPU: run) without waiting: the [2, R] greedy tensor on the device and how
+        many of its rows are real. The items are ones ``StepGraphs.pick`` chose this step for."""
         k = self.fill(items, checked=True)
         if self.graph is not None:
             self.graph.replay()
-            return sampler.unpack(self.greedy, k)
-        return sampler.unpack(self.forward(), k)
+            return self.greedy, k
+        return self.forward(), k
+
+    def run(self, items: list[StepItem]) -> tuple[list[int], list[float]]:
+        """Greedy tokens and margins of the items' logit rows (``sampler.greedy`` of their logits)."""
+        return sampler.unpack(*self.launch(items))
 
 
 def default_token_buckets(max_batch_size: int, max_num_tokens: int | None, *, limit: int = 8192) -> list[int]:
@@ -194,11 +198,14 @@ class StepGraphs:
         return min(fits, key=lambda s: s.num_tokens) if fits else None
 
     @torch.inference_mode()
-    def run(self, static: StaticStep, items: list[StepItem]) -> tuple[list[int], list[float]]:
+    def launch(self, static: StaticStep, items: list[StepItem]) -> tuple[torch.Tensor, int]:
         self.runner._trace(items)
         self.num_replays += 1
         self.num_bucket_replays += static.q_len is None
-        return static.run(items)
+        return static.launch(items)
+
+    def run(self, static: StaticStep, items: list[StepItem]) -> tuple[list[int], list[float]]:
+        return sampler.unpack(*self.launch(static, items))
 
 
 def estimation_manager(llm):

@@ -50,6 +50,9 @@ class ModelRunner:
         self.windows = [g.window for g in mgr.layer_groups]
         self.use_kernel = triton_attention.available(self.device.type)
         self.fused = fused.fused_ops(model, self.device)
+        # the sampled token of each logit row of the last step, where the next step's placeholders read it
+        self.last_tokens = torch.zeros((mgr.max_batch_size + 1) * (1 + mgr.max_draft_len), dtype=torch.long,
+                                       device=self.device)
         # every config object the attention modules read ``_attn_implementation`` from
         self._configs = list({id(m.config): m.config for m in model.modules()
                               if hasattr(m, "config") and hasattr(m.config, "_attn_implementation")}.values())
@@ -109,9 +112,21 @@ class ModelRunner:
             out = self.base(input_ids=input_ids[None], position_ids=positions[None], use_cache=False)
         return out.last_hidden_state[0]
 
+    def resolve_placeholders(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Input ids with each placeholder (``scheduler.placeholder(row)``, negative) replaced by the token the
+        previous step sampled for that logit row: the host schedules a step before it has read the last one's
+        tokens, and the device, which has them, fills them in."""
+        rows = (-1 - input_ids).clamp(min=0)
+        return torch.where(input_ids < 0, self.last_tokens[rows], input_ids)
+
+    def publish(self, packed: torch.Tensor, n: int) -> None:
+        """Keep the first ``n`` sampled tokens of a step (``sampler.greedy_packed`` output) on the device for
+        the next step's placeholders."""
+        self.last_tokens[:n].copy_(packed[0, :n])
+
     def forward(self, buf: StepBuffers, ctx: AttentionContext) -> torch.Tensor:
         """Logits of ``buf``'s logit rows, [R, vocab]; tensors only, so a CUDA graph can capture it."""
-        hidden = self.forward_hidden(buf.d["input_ids"], buf.d["positions"], ctx)
+        hidden = self.forward_hidden(self.resolve_placeholders(buf.d["input_ids"]), buf.d["positions"], ctx)
         return self.lm_head(hidden[buf.d["logit_rows"]])
 
     @torch.inference_mode()

@@ -9,6 +9,11 @@ Capacity comes from the manager: ``begin_context_chunk`` / ``begin_generation`` 
 (``kvcm.OutOfPagesError``, raised with nothing changed) the newest running sequence is preempted by
 recompute: its pages are freed and it goes back to the front of the waiting queue with its generated tokens
 appended to what it will prefill; the grow is retried. A waiting sequence that does not fit just waits.
+
+After a step is launched, :meth:`Scheduler.commit` does the bookkeeping that needs only counts and leaves a
+placeholder for each token on the way; :meth:`Scheduler.complete` writes the tokens in and applies the stop
+conditions. Between the two the next step can be scheduled (``pipeline.py`` overlaps them): a sequence whose
+token turns out to stop it has then run one step too many, and that step's token for it is dropped.
 """
 from __future__ import annotations
 
@@ -121,16 +126,18 @@ class Scheduler:
         return seqs, items
 
     # ---- after the forward -----------------------------------------------------------------------------------
-    def postprocess(self, seqs: list[Sequence], items: list[StepItem], tokens: list[int], margins: list[float]):
-        """Commit the step to the manager, append sampled tokens, finish sequences. Returns the finished ones."""
-        finished = []
-        it_tok = iter(zip(tokens, margins))
+    def commit(self, seqs: list[Sequence], items: list[StepItem]) -> list[tuple[Sequence, int]]:
+        """The step's bookkeeping that needs no token values, done once it is launched: the manager's
+        ``end_context_chunk`` / ``end_generation`` and each sequence's computed count. Each sequence that gets a
+        token this step gets a placeholder in its outputs (:func:`placeholder` of its logit row), so the next
+        step can be scheduled before the token is known. A sequence that reaches its length limit with it is
+        retired now (its pages freed); the stop reason is decided by :meth:`complete`. Returns the
+        ``(sequence, output position)`` of each logit row, in row order."""
+        pending = []
         for seq, item in zip(seqs, items):
             rid = seq.request_id
             if item.decode:
-                tok, margin = next(it_tok)
-                seq.output_token_ids.append(tok)
-                seq.logits_margins.append(margin)
+                seq.output_token_ids.append(placeholder(len(pending)))
                 self.mgr.end_generation(rid, seq.num_tokens)
                 seq.num_computed = seq.num_tokens - 1
             else:
@@ -138,36 +145,73 @@ class Scheduler:
                 self.mgr.end_context_chunk(rid, seq.num_computed)
                 if not item.want_logits:
                     continue
-                tok, margin = next(it_tok)
-                seq.output_token_ids.append(tok)
-                seq.logits_margins.append(margin)
-            if self._check_stop(seq):
-                seq.status = Status.FINISHED
-                self.running.remove(seq)
-                self.mgr.free_resources(rid)
+                seq.output_token_ids.append(placeholder(len(pending)))
+            seq.logits_margins.append(float("nan"))
+            pending.append((seq, len(seq.output_token_ids) - 1))
+            if self._at_length_limit(seq, len(seq.output_token_ids) - 1):
+                self._retire(seq)
+        return pending
+
+    def complete(self, pending: list[tuple[Sequence, int]], tokens: list[int], margins: list[float]):
+        """Write a committed step's sampled tokens over their placeholders and apply the stop conditions.
+        A position past a sequence's end was decoded after an earlier token stopped it (the overlapped loop
+        schedules before it knows): its token is dropped. Returns the sequences that finished."""
+        finished = []
+        for (seq, pos), tok, margin in zip(pending, tokens, margins):
+            if pos >= len(seq.output_token_ids):
+                continue
+            seq.output_token_ids[pos] = tok
+            seq.logits_margins[pos] = margin
+            if self._check_stop(seq, pos):
+                del seq.output_token_ids[pos + 1:], seq.logits_margins[pos + 1:]
+                self._retire(seq)
                 finished.append(seq)
         return finished
 
-    def _check_stop(self, seq: Sequence) -> bool:
-        tok = seq.output_token_ids[-1]
+    def postprocess(self, seqs: list[Sequence], items: list[StepItem], tokens: list[int], margins: list[float]):
+        """``commit`` then ``complete``: one step whose tokens are already known. Returns the finished ones."""
+        return self.complete(self.commit(seqs, items), tokens, margins)
+
+    def _retire(self, seq: Sequence) -> None:
+        """Take a stopping sequence out of the queues and free its pages (once)."""
+        if seq.status is Status.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is Status.WAITING:      # preempted while its last token was still on the way
+            self.waiting.remove(seq)
+        seq.status = Status.FINISHED
+        if self.mgr.has_request(seq.request_id):
+            self.mgr.free_resources(seq.request_id)
+
+    def _at_length_limit(self, seq: Sequence, pos: int) -> bool:
+        return pos + 1 >= seq.params.max_new_tokens or len(seq.prompt_token_ids) + pos + 1 >= self.max_seq_len
+
+    def _check_stop(self, seq: Sequence, pos: int) -> bool:
+        """Whether output ``pos`` (the newest resolved one) stops ``seq``; sets its finish reason."""
+        tok = seq.output_token_ids[pos]
         p = seq.params
         if not p.ignore_eos and tok in self.eos_token_ids:
             seq.finish_reason = "eos"
         elif tok in p.stop_token_ids:
             seq.finish_reason = "stop_token"
-        elif p.stop_strings and self._stop_string(seq):
+        elif p.stop_strings and self._stop_string(seq, pos):
             seq.finish_reason = "stop_string"
-        elif len(seq.output_token_ids) >= p.max_new_tokens:
+        elif pos + 1 >= p.max_new_tokens:
             seq.finish_reason = "length"
-        elif seq.num_tokens >= self.max_seq_len:
+        elif len(seq.prompt_token_ids) + pos + 1 >= self.max_seq_len:
             seq.finish_reason = "max_seq_len"
         return seq.finish_reason is not None
 
-    def _stop_string(self, seq: Sequence) -> bool:
+    def _stop_string(self, seq: Sequence, pos: int) -> bool:
         longest = max(len(s) for s in seq.params.stop_strings)
-        tail = self.tokenizer.decode(seq.output_token_ids[-(longest + 8):])
+        tail = self.tokenizer.decode(seq.output_token_ids[max(0, pos + 1 - (longest + 8)):pos + 1])
         for s in seq.params.stop_strings:
             if s in tail:
                 seq.stop_string = s
                 return True
         return False
+
+
+def placeholder(row: int) -> int:
+    """The stand-in token id for logit row ``row`` of the step in flight (negative, so never a real id); the
+    runner swaps it for that row's sampled token on the device (``ModelRunner.resolve_placeholders``)."""
+    return -1 - row

@@ -1,0 +1,111 @@
+"""The engine's step loop: the one place that decides what the host does while the GPU computes.
+
+A step is four things:
+
+1. *schedule*: the scheduler picks the work and reserves its pages (``Scheduler.schedule``);
+2. *launch*: fill the step's buffers, run the forward or replay its graph, take the greedy choice and start
+   copying it to the host, all queued on the device without waiting (``_launch``);
+3. *commit*: the bookkeeping that needs only counts: the manager's end-of-step calls, a placeholder for each
+   token on the way (``Scheduler.commit``);
+4. *complete*: wait for the tokens, write them over the placeholders, apply the stop conditions
+   (``Scheduler.complete``).
+
+Not overlapped, each step completes before the next is scheduled, so the GPU idles while the host schedules,
+fills and completes. Overlapped (the approach of SGLang's overlap scheduler and vLLM's async scheduling), step
+``n + 1`` is scheduled and launched before step ``n`` completes: a decode whose input is step ``n``'s token
+carries a placeholder, and the device, which has the token, swaps it in (``ModelRunner.resolve_placeholders``).
+The host's work for step ``n + 1`` and its completion of step ``n`` then run while the GPU computes step
+``n + 1``.
+
+Greedy tokens are the same either way: every input token is the one the non-overlapped loop would feed. What
+changes is only when the host learns that a token stopped a sequence (EOS, a stop token or string): one step
+later, so that sequence runs one step too many (its token is dropped) and frees its pages a step later. A
+length limit is known without the token, so it is applied at commit, as before.
+
+Speculative decoding (``max_draft_len > 0``) takes several logit rows per sequence; it is not overlapped.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from . import sampler
+from .scheduler import Scheduler
+
+
+@dataclass
+class InFlight:
+    """A launched step whose tokens the host has not read yet."""
+    pending: list                        # (sequence, output position) of each logit row
+    packed: torch.Tensor                 # [2, k] tokens and margins, on the host once ``ready`` has fired
+    ready: torch.cuda.Event | None       # CUDA: the copy to the host is done
+
+
+@dataclass
+class StepTimes:
+    """Host-side timestamps of each launch (``LLM(profile_steps=True)``), for the step period and host share."""
+    launches: list[float] = field(default_factory=list)      # perf_counter at the start of each launch
+    batch: list[int] = field(default_factory=list)           # sequences in each step
+    decode_shape: list[bool] = field(default_factory=list)   # served by a decode-shape graph
+
+
+class StepPipeline:
+    def __init__(self, llm, *, overlap: bool):
+        self.llm = llm
+        self.overlap = overlap and llm.max_draft_len == 0
+        self.cuda = llm.device.type == "cuda"
+        rows = llm.runner.last_tokens.numel()
+        # two host buffers for the tokens: step n + 1's copy must not overwrite step n's before it is read
+        self._host = [torch.zeros((2, rows), dtype=torch.float64, pin_memory=True) for _ in range(2)] \
+            if self.cuda else None
+        self._turn = 0
+        self.num_launched_ahead = 0      # steps launched before the previous one completed
+        self.times: StepTimes | None = None
+
+    @torch.inference_mode()
+    def run(self, scheduler: Scheduler) -> None:
+        """Step until every request has finished."""
+        in_flight = None
+        while scheduler.has_work:
+            step = self._launch(scheduler)
+            if self.overlap:   # complete the previous step while this one runs
+                step, in_flight = in_flight, step
+                self.num_launched_ahead += step is not None
+            if step is not None:
+                self._complete(scheduler, step)
+        if in_flight is not None:
+            self._complete(scheduler, in_flight)
+
+    def _launch(self, scheduler: Scheduler) -> InFlight:
+        if self.times is not None:
+            self.times.launches.append(time.perf_counter())
+        seqs, items = scheduler.schedule()
+        runner, graphs = self.llm.runner, self.llm.graphs
+        static = graphs.pick(items) if graphs is not None else None
+        if static is not None:
+            packed, k = graphs.launch(static, items)
+        else:
+            packed = sampler.greedy_packed(runner.run(items))
+            k = packed.shape[1]
+        runner.publish(packed, k)
+        if self.cuda:
+            host = self._host[self._turn][:, :k]
+            self._turn ^= 1
+            host.copy_(packed[:, :k], non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
+        else:
+            host, ready = packed[:, :k], None
+        if self.times is not None:
+            self.times.batch.append(len(items))
+            self.times.decode_shape.append(static is not None and static.q_len is not None)
+        return InFlight(scheduler.commit(seqs, items), host, ready)
+
+    @staticmethod
+    def _complete(scheduler: Scheduler, step: InFlight) -> None:
+        if step.ready is not None:
+            step.ready.synchronize()
+        tokens, margins = sampler.unpack(step.packed, step.packed.shape[1])
+        scheduler.complete(step.pending, tokens, margins)

@@ -1,0 +1,88 @@
+"""The overlapped step loop (``kvcm/engine/pipeline.py``) gives the non-overlapped loop's greedy outputs.
+
+Overlapped, step n + 1 is scheduled and launched before step n's tokens are read: its decodes carry
+placeholders that the runner swaps for step n's tokens, and a sequence whose token stops it runs one step too
+many. So the cases that matter are sequences stopping at different steps on a token (not only on a length),
+preemption by recompute while a token is on the way, chunked prefill, and the static (graph) path.
+"""
+import pytest
+
+import kvcm
+from kvcm.engine import LLM, SamplingParams
+from kvcm.engine.models import tiny_model
+from kvcm.engine.scheduler import placeholder
+
+from _prompts import random_prompts
+
+
+def _llm(model, version, *, overlap, max_tokens=2048, **kw):
+    cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=max_tokens, dtype="float32")
+    kw.setdefault("max_batch_size", 8)
+    kw.setdefault("max_seq_len", 128)
+    return LLM(model, manager_version=version, kv_cache_config=cfg, overlap=overlap, **kw)
+
+
+def _stop_tokens(model, version, prompts, n):
+    """Tokens that the model emits part way through several outputs: stopping on them ends requests at
+    different steps, which is what the overlapped loop learns a step late."""
+    outs = _llm(model, version, overlap=False).generate(prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))
+    counts = {}
+    for o in outs:
+        for t in set(o.token_ids[2:n - 4]):
+            counts[t] = counts.get(t, 0) + 1
+    return tuple(sorted(counts, key=lambda t: -counts[t])[:2])
+
+
+def _same(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x.token_ids == y.token_ids, f"prompt {i}: overlapped {x.token_ids} vs not {y.token_ids}"
+        assert x.finish_reason == y.finish_reason, f"prompt {i}"
+        # a stopped sequence's extra step changes the batch beside the others, so fp32 sums may round apart
+        assert x.logits_margins == pytest.approx(y.logits_margins, abs=1e-4), f"prompt {i}"
+    assert len(a) == len(b)
+
+
+CASES = {
+    "plain": dict(),
+    "chunked": dict(max_num_tokens=16),
+    "preempting": dict(max_tokens=96, max_batch_size=6),
+    "static-path": dict(cuda_graph=True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_overlapped_loop_gives_the_same_outputs(kvcm_version, case):
+    model, _ = tiny_model("llama", seed=2)
+    prompts = random_prompts(11, (5, 23, 37, 9, 14, 30, 3, 18, 26, 11))
+    stops = _stop_tokens(model, kvcm_version, prompts, 24)
+    params = SamplingParams(max_new_tokens=24, stop_token_ids=stops)
+    kw = CASES[case]
+    ref_llm = _llm(model, kvcm_version, overlap=False, **kw)
+    ref = ref_llm.generate(prompts, params)
+    llm = _llm(model, kvcm_version, overlap=True, **kw)
+    outs = llm.generate(prompts, params)
+    _same(outs, ref)
+    reasons = {o.finish_reason for o in ref}
+    assert {"stop_token", "length"} <= reasons, f"the prompts must stop both ways: {reasons}"
+    assert llm.pipeline.num_launched_ahead > 0 and ref_llm.pipeline.num_launched_ahead == 0
+    if case == "preempting":
+        assert llm.last_scheduler.num_preemptions > 0, "the pool must be small enough to force preemption"
+    if case == "static-path":
+        assert llm.graphs.num_replays > 0
+    llm.close()
+    assert not llm.manager.request_ids, "every request (and the graph pad) must give its pages back"
+
+
+def test_placeholders_are_resolved_on_the_device_side():
+    """The runner swaps a placeholder for the token the last step sampled at that logit row."""
+    import torch
+    model, _ = tiny_model("llama", seed=2)
+    llm = _llm(model, "v2", overlap=True)
+    llm.runner.last_tokens[:3] = torch.tensor([17, 42, 99])
+    ids = torch.tensor([5, placeholder(1), 7, placeholder(0), placeholder(2)])
+    assert llm.runner.resolve_placeholders(ids).tolist() == [5, 42, 7, 17, 99]
+
+
+def test_overlap_stays_off_for_speculative_decoding():
+    model, _ = tiny_model("llama", seed=2)
+    assert not _llm(model, "v2", overlap=True, max_draft_len=2).pipeline.overlap
