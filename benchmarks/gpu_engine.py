@@ -191,7 +191,7 @@ def warmup_reports(model, tok, device, dtype_name, max_batch_size, max_seq_len):
     boundary_tokens, bsz = max_seq_len // 2, min(16, max_batch_size)
     log(f"== warmup on a page boundary: pool of {boundary_tokens} tokens (pages of 8) < S={max_seq_len}, B={bsz}")
     import pytest
-    from pytest_kvcm.regressions import build_registry
+    from pytest_kvcm.defects import build_registry
     for inject in (None, "gen-dummy-extra-token"):
         mp = pytest.MonkeyPatch()
         if inject:

@@ -5,5 +5,6 @@ import pytest
 
 @pytest.hookspec
 def pytest_kvcm_register_defects(registry):
-    """Add historic defects to ``registry`` (a ``pytest_kvcm.regressions.DefectRegistry``) with
-    ``registry.register(name, story, patch)``; ``patch(monkeypatch)`` puts the defect back for one run."""
+    """Add historic defects to ``registry`` (a ``pytest_kvcm.defects.DefectRegistry``) with
+    ``registry.register(name, story, patch, upstream="...", catchers=(...))``; ``patch(monkeypatch)`` puts the
+    defect back for one run, ``upstream`` names where it was found, ``catchers`` the tests expected to fail."""

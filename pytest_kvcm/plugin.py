@@ -9,7 +9,7 @@ pytest_plugins = [
     "pytest_kvcm.markers",  # cpu_only, gpu(...), accuracy, slow; GPU requirement skips
     "pytest_kvcm.lanes",  # --kvcm-lane, ci/<lane>.yml, waives
     "pytest_kvcm.sharding",  # CUDA_VISIBLE_DEVICES per xdist worker
-    "pytest_kvcm.regressions",  # --kvcm-inject, the historic-defect registry
+    "pytest_kvcm.defects.plugin",  # --kvcm-inject, --kvcm-list-defects: the defect catalogue
     "pytest_kvcm.page_boundary",  # the page_boundary_check fixture
     "pytest_kvcm.parity",  # the greedy_parity fixture
     "pytest_kvcm.accuracy.plugin",  # --kvcm-accuracy, --kvcm-gsm8k, gate fixtures

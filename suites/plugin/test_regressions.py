@@ -1,4 +1,5 @@
-"""--kvcm-inject: each registered defect really changes kvcm for the run, and users can register their own."""
+"""--kvcm-inject: each registered defect really changes kvcm for the run, and users can register their own
+(the catalogue lives in pytest_kvcm/defects/, one module per source)."""
 
 import pytest
 
@@ -86,7 +87,7 @@ import kvcm.manager_v2
 def pytest_kvcm_register_defects(registry):
     def patch(mp):
         mp.setattr(kvcm.manager_v2.KVCacheManagerV2, "get_num_free_blocks", lambda self: 0)
-    registry.register("free-blocks-zero", "free blocks always reported as zero", patch)
+    registry.register("free-blocks-zero", "free blocks always reported as zero", patch, upstream="my tracker #7")
 """)
     pytester.makepyfile(test_user="""
 import kvcm
@@ -95,6 +96,23 @@ def test_free():
     assert m.get_num_free_blocks() == 2
 """)
     listed = pytester.runpytest_inprocess("--kvcm-list-defects")
-    listed.stdout.fnmatch_lines(["free-blocks-zero: free blocks always reported as zero"])
+    listed.stdout.fnmatch_lines(["free-blocks-zero: free blocks always reported as zero (upstream: my tracker #7)"])
     pytester.runpytest_inprocess().assert_outcomes(passed=1)
     pytester.runpytest_inprocess("--kvcm-inject=free-blocks-zero").assert_outcomes(failed=1)
+
+
+def test_every_builtin_defect_names_its_upstream_and_catchers_are_listed_in_order():
+    from pytest_kvcm.defects import builtin_defects
+
+    defects = builtin_defects()
+    assert [d.name for d in defects[:6]] == ["gen-dummy-extra-token", "generic-longest-decode",
+                                             "v4-constraints-ignore-pool-ratio", "available-tokens-ignore-draft",
+                                             "context-constraint-ignores-extra", "stale-window-early-release"]
+    missing = [d.name for d in defects if not d.upstream]
+    assert not missing, f"defects without an upstream reference: {missing}"
+    assert len({d.name for d in defects}) == len(defects)
+
+
+def test_list_defects_shows_upstream(pytester):
+    result = pytester.runpytest_inprocess("--kvcm-list-defects")
+    result.stdout.fnmatch_lines(["gen-dummy-extra-token: *(upstream: TensorRT-LLM PR #19213*"])

@@ -1,0 +1,87 @@
+"""The registry's data types and the discovery of the catalogue's modules."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pytest
+
+_FIRST = ("seed",)  # the defects the project started from keep their place at the top of every listing
+_NOT_DEFECT_MODULES = {"plugin"}
+
+
+@dataclass(frozen=True)
+class Defect:
+    """One historic bug. ``patch(monkeypatch)`` puts it back; ``upstream`` names the issue, PR or test where it
+    was found or fixed; ``catchers`` are node-id prefixes of the tests expected to fail while it is injected."""
+
+    name: str
+    story: str
+    patch: Callable[[pytest.MonkeyPatch], None]
+    upstream: str = ""
+    catchers: tuple[str, ...] = field(default_factory=tuple)
+
+
+def defect(name: str, *, story: str, upstream: str, catchers=()) -> Callable[[Callable], Defect]:
+    """Decorator: the function (a patch) becomes a registered ``Defect`` of its module."""
+
+    def wrap(patch: Callable[[pytest.MonkeyPatch], None]) -> Defect:
+        return Defect(name, story, patch, upstream, tuple(catchers))
+
+    return wrap
+
+
+class DefectRegistry:
+    def __init__(self):
+        self._defects: dict[str, Defect] = {}
+
+    def add(self, d: Defect) -> None:
+        if d.name in self._defects:
+            raise ValueError(f"defect {d.name!r} is already registered")
+        self._defects[d.name] = d
+
+    def register(self, name: str, story: str, patch: Callable[[pytest.MonkeyPatch], None], *, upstream: str = "",
+                 catchers=()) -> None:
+        self.add(Defect(name, story, patch, upstream, tuple(catchers)))
+
+    def __getitem__(self, name: str) -> Defect:
+        if name not in self._defects:
+            import difflib
+
+            near = difflib.get_close_matches(name, list(self._defects), n=3)
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            raise pytest.UsageError(f"--kvcm-inject={name!r} is not a registered defect{hint} "
+                                    f"(known: {', '.join(sorted(self._defects))})")
+        return self._defects[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self._defects
+
+    def __iter__(self):
+        return iter(self._defects.values())
+
+    def __len__(self) -> int:
+        return len(self._defects)
+
+    def names(self) -> list[str]:
+        return list(self._defects)
+
+
+def _module_names() -> list[str]:
+    from . import __path__ as here
+
+    found = [m.name for m in pkgutil.iter_modules(here) if not m.name.startswith("_")
+             and m.name not in _NOT_DEFECT_MODULES]
+    return [n for n in _FIRST if n in found] + sorted(n for n in found if n not in _FIRST)
+
+
+def builtin_defects() -> list[Defect]:
+    """Every ``Defect`` defined at the top level of the package's public modules, in catalogue order."""
+    out: list[Defect] = []
+    for name in _module_names():
+        module = importlib.import_module(f"{__package__}.{name}")
+        out.extend(v for v in vars(module).values() if isinstance(v, Defect) and v not in out)
+    return out
