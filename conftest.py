@@ -6,6 +6,9 @@ pytester drops modules first imported inside a run, and importing torch a second
 
 import torch  # noqa: F401
 
-import kvcm  # noqa: F401
+import kvcm
+
+for _name in kvcm.__all__:  # kvcm loads its modules on first use; load every public one now
+    getattr(kvcm, _name)
 
 pytest_plugins = ["pytester"]

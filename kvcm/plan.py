@@ -2,42 +2,39 @@
 
 No GPU and no weights: a model config, a memory budget and the engine's limits in, and out the estimation
 cache, the final pools, their constraints, max tokens, max concurrency and the CUDA-graph warmup plan.
+The text a person reads is written by :mod:`kvcm.plan_text`; ``--json`` prints the dict built here.
+
+Only the standard library is imported at module level: ``kvcm plan --help`` and a bad ``--model`` answer
+before torch loads.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from .config import KvCacheConfig
-from .deepseek_v4 import DeepseekV4Spec
-from .errors import KvcmError
-from .estimation import build_with_estimation
-from .model_spec import ModelSpec
+from .embedded import embedded_models, load_config, load_spec
 
 DEFAULT_MODEL = "qwen3-0.6b"
+DEFAULT_FREE_GIB = 80.0
 GiB = 2**30
-CONFIGS = Path(__file__).parent / "configs"
-
-
-def embedded_models() -> list[str]:
-    return sorted(p.stem for p in CONFIGS.glob("*.json"))
 
 
 def load_model(name: str):
-    """An embedded config name, or a path to a ``config.json``."""
-    path = Path(name)
-    if path.is_file():
-        cfg = json.loads(path.read_text())
-    elif name in embedded_models():
-        cfg = json.loads((CONFIGS / f"{name}.json").read_text())
-    else:
-        raise SystemExit(f"kvcm plan: --model {name!r} is neither a file nor an embedded config "
-                         f"({', '.join(embedded_models())})")
-    if cfg.get("model_type") == "deepseek_v4":
-        return DeepseekV4Spec.from_hf_config(cfg)
-    return ModelSpec.from_hf_config(cfg)
+    """An embedded config name, or a path to a ``config.json``; a bad name exits with one line naming the choices."""
+    from .errors import ConfigError
+
+    try:
+        load_config(name)
+    except ConfigError as exc:
+        raise SystemExit(f"kvcm plan: --model {name!r}: {exc.limit}") from None
+    return load_spec(name)
+
+
+def is_deepseek_v4(model) -> bool:
+    from .deepseek_v4 import DeepseekV4Spec
+
+    return isinstance(model, DeepseekV4Spec)
 
 
 def max_concurrency(manager, seq_len: int) -> int:
@@ -50,19 +47,30 @@ def max_concurrency(manager, seq_len: int) -> int:
     return min(counts)
 
 
-def plan(args) -> dict:
-    model = load_model(args.model)
-    tpb = args.tpb or (128 if isinstance(model, DeepseekV4Spec) else 32)
+def plan(args, progress: bool | None = None) -> dict:
+    """The plan as a dict (``--json``). ``progress``: a bar on stderr per manager built (None: on a terminal)."""
+    model = load_model(args.model)  # first: a bad name answers before the managers (and torch) load
+    from .config import KvCacheConfig
+    from .errors import KvcmError
+    from .estimation import build_with_estimation
+
+    deepseek = is_deepseek_v4(model)
+    if deepseek and args.version == "v1":
+        raise SystemExit("kvcm plan: --version v1: DeepSeek-V4 is planned by V2 only (its compressed and "
+                         "sliding-window groups need V2's layer groups); use --version v2")
+    tpb = args.tpb or (128 if deepseek else 32)
     cfg = KvCacheConfig(tokens_per_block=tpb, max_tokens=args.max_tokens,
                         max_gpu_total_bytes=None if args.max_gpu_total_gib is None else int(args.max_gpu_total_gib * GiB),
                         free_gpu_memory_fraction=args.fraction, dtype=args.dtype)
-    versions = ["v1", "v2"] if args.version == "both" else [args.version]
-    if isinstance(model, DeepseekV4Spec):
-        versions = ["v2"]
+    versions = ["v1", "v2"] if args.version == "both" and not deepseek else ["v2"] if deepseek else [args.version]
     out = {"model": args.model, "free_memory_bytes": int(args.free_gib * GiB), "max_batch_size": args.max_batch_size,
            "max_seq_len": args.max_seq_len, "max_num_tokens": args.max_num_tokens, "max_draft_len": args.max_draft_len,
-           "managers": []}
-    for version in versions:
+           "num_extra_kv_tokens": args.extra_kv_tokens, "tokens_per_block": tpb, "dtype": args.dtype,
+           "free_gpu_memory_fraction": args.fraction, "max_tokens": args.max_tokens,
+           "max_gpu_total_bytes": cfg.max_gpu_total_bytes, "notes": [], "managers": []}
+    if deepseek and args.version == "both":
+        out["notes"].append("DeepSeek-V4 is planned by V2 only (its compressed and sliding-window groups need V2)")
+    for version in _progress(versions, progress):
         entry = {"version": version}
         try:
             est = build_with_estimation(version, model, cfg, max_batch_size=args.max_batch_size,
@@ -82,57 +90,59 @@ def plan(args) -> dict:
     return out
 
 
-def _gib(n: int) -> str:
-    return f"{n / GiB:.2f} GiB"
+def _progress(versions: list[str], show: bool | None):
+    """A bar over the managers being built (estimation cache, warmup, final cache each); on a terminal only."""
+    if show is False or len(versions) < 2:
+        return versions
+    try:
+        from tqdm import tqdm
+    except ImportError:  # progress is a nicety, never a requirement
+        return versions
+    return tqdm(versions, desc="kvcm plan", unit="manager", leave=False, disable=None if show is None else not show)
 
 
 def render(result: dict) -> str:
-    lines = [f"model {result['model']}: free memory {_gib(result['free_memory_bytes'])}, B={result['max_batch_size']} "
-             f"S={result['max_seq_len']} N={result['max_num_tokens']} D={result['max_draft_len']}"]
-    for m in result["managers"]:
-        lines.append("")
-        lines.append(f"== {m['version']} ==")
-        if "error" in m:
-            lines.append(f"  {m['error']}")
-            continue
-        for title, d in (("estimation cache", m["estimation"]), ("final cache", m["final"])):
-            lines.append(f"  {title}: budget {_gib(d['budget_bytes'])}, pools {_gib(d['pool_bytes'])}, "
-                         f"max tokens {d['max_tokens']}")
-            lines.append(f"    {'group':<14}{'window':>8}{'layers':>8}{'blocks':>10}{'bytes/block':>14}{'total':>12}")
-            for g in d["groups"]:
-                lines.append(f"    {g['name']:<14}{str(g['window'] or '-'):>8}{g['layers']:>8}{g['num_blocks']:>10}"
-                             f"{g['bytes_per_block']:>14}{_gib(g['bytes']):>12}")
-            for c in d["constraints"]:
-                reqs = " + ".join(f"{r['count']}x({r['capacity']},{r['history']})" for r in c["requests"])
-                lines.append(f"    constraint {c['name']}: {reqs}")
-            if d["typical_step"]:
-                reqs = " + ".join(f"{r['count']}x({r['capacity']},{r['history']})" for r in d["typical_step"])
-                lines.append(f"    typical step: {reqs}")
-        lines.append(f"  max concurrency at S={result['max_seq_len']}: {m['max_concurrency']}")
-        for w in m["warmup"]:
-            lines.append(f"  warmup ({w['cache']}): {w['planned']} planned, {w['captured']} captured, "
-                         f"{len(w['skipped'])} skipped")
-            lines += [f"    skipped bs={s['batch_size']} draft={s['draft_len']}: {s['reason']}" for s in w["skipped"]]
-    return "\n".join(lines)
+    from .plan_text import render as render_text
+
+    return render_text(result)
+
+
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` where there is one to show; an unset option's help says what applies instead."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = _HelpWithDefaults
+    p.description = ("Size a model's KV cache the way an engine does at start-up, on paper (no GPU, no weights): "
+                     "budget, pools per layer group, tokens, requests that fit, and the CUDA-graph warmup plan.")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded config ({', '.join(embedded_models())}) or a "
                                                           "config.json path")
-    p.add_argument("--version", choices=["v1", "v2", "both"], default="both")
-    p.add_argument("--free-gib", type=float, default=80.0, help="free device memory the fraction applies to")
-    p.add_argument("--fraction", type=float, default=None, help="free_gpu_memory_fraction (default 0.9)")
-    p.add_argument("--max-tokens", type=int, default=None)
-    p.add_argument("--max-gpu-total-gib", type=float, default=None)
-    p.add_argument("-B", "--max-batch-size", type=int, default=256)
-    p.add_argument("-S", "--max-seq-len", type=int, default=8192)
-    p.add_argument("-N", "--max-num-tokens", type=int, default=8192)
-    p.add_argument("-D", "--max-draft-len", type=int, default=0)
-    p.add_argument("-E", "--extra-kv-tokens", type=int, default=0)
-    p.add_argument("--two-model", action="store_true", help="two-model speculation: warm up draft 0 too")
-    p.add_argument("--tpb", type=int, default=None, help="tokens per block (32; 128 for DeepSeek-V4)")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--version", choices=["v1", "v2", "both"], default="both",
+                   help="manager version(s) to plan; DeepSeek-V4 is V2 only")
+    p.add_argument("--free-gib", type=float, default=DEFAULT_FREE_GIB,
+                   help="free device memory in GiB that --fraction applies to (an H100's 80 GiB)")
+    p.add_argument("--fraction", type=float, default=None,
+                   help="free_gpu_memory_fraction: the share of free memory for the KV cache (default: 0.9)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="cap the cache at this many tokens (KvCacheConfig.max_tokens; the smallest budget wins; "
+                   "default: no cap)")
+    p.add_argument("--max-gpu-total-gib", type=float, default=None,
+                   help="cap the cache at this many GiB (KvCacheConfig.max_gpu_total_bytes; default: no cap)")
+    p.add_argument("-B", "--max-batch-size", type=int, default=256, help="requests scheduled at once at most")
+    p.add_argument("-S", "--max-seq-len", type=int, default=8192, help="tokens of one request at most (prompt + output)")
+    p.add_argument("-N", "--max-num-tokens", type=int, default=8192, help="tokens computed in one step at most")
+    p.add_argument("-D", "--max-draft-len", type=int, default=0, help="speculative draft tokens per request per step")
+    p.add_argument("-E", "--extra-kv-tokens", type=int, default=0,
+                   help="extra KV slots per request (e.g. MTP's extra tokens)")
+    p.add_argument("--two-model", action="store_true", help="two-model speculation: warm up draft length 0 too (default: off)")
+    p.add_argument("--tpb", type=int, default=None, help="tokens per block (default: 32; 128 for DeepSeek-V4)")
+    p.add_argument("--dtype", default="bfloat16", help="KV cache dtype (auto: each layer's own)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (for machines) instead of text (default: off)")
 
 
 def main(args) -> int:

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import kvcm.cli
 
 GiB = 2**30
@@ -63,7 +65,43 @@ def test_plan_max_tokens_and_text_output(capsys):
                         "-S", "512", "-N", "512"])
     text = capsys.readouterr().out
     assert rc == 0
-    assert "== v1 ==" in text and "max tokens 1024" in text  # 32 blocks x 32 tokens
+    # the verdict comes first, in human units: 32 blocks x 32 tokens, 32 x 4 MiB; 512 / 32 = 16 blocks a request
+    assert text.splitlines()[1] == "V1: KV cache 128.0 MiB = 1,024 tokens at S=512: 2 requests at once; warmup fits: 3/3 shapes"
+    assert "at most 1,000 tokens [--max-tokens]" in text and "80.0 GiB free device memory [--free-gib]" in text
+    assert "== V1 in detail ==" in text
+
+
+def test_plan_text_explains_constraints_and_concurrency_above_b(capsys):
+    rc = kvcm.cli.main(["plan", "--model", "deepseek-v4-flash", "-B", "4", "-S", "1024", "-N", "1024"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    lines = text.splitlines()
+    assert lines[1].startswith("V2: KV cache ") and "4 requests at once (B binds; the pools would hold" in lines[1]
+    assert lines[2].startswith("note: DeepSeek-V4 is planned by V2 only")  # --version both: said, not silent
+    # the spec's notation stays, after the words
+    assert "1 decode at 1,024 tokens (1,023 cached) + 3 new requests of 1 token   [1x(1024,1023) + 3x(1,0)]" in text
+    assert "1 prefill of 1,024 tokens (nothing cached)   [1x(1024,0)]" in text
+    assert "more than B=4, and the scheduler never runs more than B at once" in text
+
+
+def test_plan_v1_on_deepseek_v4_is_an_error_not_v2(capsys):
+    with pytest.raises(SystemExit, match="--version v1: DeepSeek-V4 is planned by V2 only"):
+        kvcm.cli.main(["plan", "--model", "deepseek-v4-flash", "--version", "v1"])
+    assert capsys.readouterr().out == ""
+
+
+def test_plan_unknown_model_names_the_choices():
+    with pytest.raises(SystemExit, match=r"--model 'nope': is neither a file nor an embedded config \(.*qwen3-0.6b"):
+        kvcm.cli.main(["plan", "--model", "nope"])
+
+
+@pytest.mark.parametrize("args", [["--help"], ["plan", "--help"], ["plan", "--model", "nope"]])
+def test_help_and_bad_arguments_answer_before_torch_loads(args):
+    """What keeps `kvcm --help` under a second: torch (seconds to import) is not imported to answer."""
+    code = ("import sys\nfrom kvcm.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_plan_subprocess_mistral_json():

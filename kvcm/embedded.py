@@ -1,0 +1,46 @@
+"""The model configs shipped inside the package (``kvcm/configs/*.json``), so sizing works offline.
+
+``kvcm.load_spec("qwen3-0.6b")`` is what the README and ``kvcm plan --model`` use: an embedded name, or a path to
+any ``config.json``. torch is imported only once a config is turned into a spec, so listing names stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CONFIGS = Path(__file__).parent / "configs"
+
+
+def embedded_models() -> list[str]:
+    """Names of the embedded configs, e.g. ``['deepseek-v4-flash', ..., 'qwen3-0.6b', ...]``."""
+    return sorted(p.stem for p in CONFIGS.glob("*.json"))
+
+
+def load_config(name: str) -> dict:
+    """The ``config.json`` dict of an embedded name or a file path; ``ConfigError`` names the choices."""
+    path = Path(name)
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            from .errors import ConfigError
+
+            raise ConfigError("model", name, f"is not valid JSON ({path}:{exc.lineno}: {exc.msg})") from None
+    if name in embedded_models():
+        return json.loads((CONFIGS / f"{name}.json").read_text())
+    from .errors import ConfigError
+
+    raise ConfigError("model", name, f"is neither a file nor an embedded config ({', '.join(embedded_models())})")
+
+
+def load_spec(name: str):
+    """A ``ModelSpec`` (``DeepseekV4Spec`` for a DeepSeek-V4 config) from an embedded name or a config path."""
+    cfg = load_config(name)
+    if cfg.get("model_type") == "deepseek_v4":
+        from .deepseek_v4 import DeepseekV4Spec
+
+        return DeepseekV4Spec.from_hf_config(cfg)
+    from .model_spec import ModelSpec
+
+    return ModelSpec.from_hf_config(cfg)
