@@ -118,7 +118,7 @@ def compare(name, got, ref, margins=None):
 
 def essentials_tiny(device) -> bool:
     from kvcm.engine import SamplingParams
-    from kvcm.engine.models import tiny_model
+    from kvcm.models import tiny_model
     ok = True
     log("== essentials: tiny models, fp32, engine vs HF generate, eager and CUDA graphs")
     prompts = random_prompts((5, 23, 40, 9, 31, 17), seed=1)
@@ -356,7 +356,7 @@ def main(argv=None):
     ok = True
     if "tiny" not in skip:
         ok &= bool(section("tiny", essentials_tiny, args.device))
-    from kvcm.engine.models import ModelNotInstalled, load_smollm2
+    from kvcm.models import ModelNotInstalled, load_smollm2
     try:
         log("loading SmolLM2 (fp32)")
         model, tok = load_smollm2(dtype=torch.float32, device=args.device)

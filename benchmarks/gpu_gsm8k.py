@@ -17,7 +17,7 @@ import torch
 
 import kvcm
 from kvcm.engine import LLM
-from kvcm.engine.models import load_smollm2
+from kvcm.models import load_smollm2
 from pytest_kvcm.accuracy import compute_threshold, evaluate_gsm8k, kvcm_generate_fn
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -45,7 +45,7 @@ def main(argv=None):
     import kvcm
     from kvcm.engine import LLM, SamplingParams
     from kvcm.engine.llm import eos_token_ids
-    from kvcm.engine.models import hf_generate, load_smollm2, truncated_drafter
+    from kvcm.models import hf_generate, load_smollm2, truncated_drafter
     from kvcm.engine.speculative import SpeculativeLLM
     from pytest_kvcm.parity import compare_outputs
     from throughput import load_prompts, sync

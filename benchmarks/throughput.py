@@ -56,7 +56,7 @@ def sync(device):
 
 def load_prompts(tok, num: int, gsm8k: str | None) -> list[list[int]]:
     """``num`` chat-template prompts (0 = every GSM8K test question): GSM8K questions, else the built-in ones."""
-    from kvcm.engine.models import chat_prompt_ids
+    from kvcm.models import chat_prompt_ids
     if gsm8k:
         path = Path(gsm8k)
         files = [path] if path.is_file() else sorted(path.glob("*test*.jsonl")) or sorted(path.glob("*.jsonl"))
@@ -125,7 +125,7 @@ class HfGenerate:
         self.setup_s = time.perf_counter() - t
 
     def __call__(self, prompts):
-        from kvcm.engine.models import hf_generate
+        from kvcm.models import hf_generate
         return hf_generate(self.model, prompts, self.max_new, eos_token_id=self.eos, batch_size=self.batch_size,
                            margins=False)
 
@@ -166,7 +166,7 @@ class HfGenerateBatch:
         return self.model.generate_batch(prompts, generation_config=self.gen, progress_bar=False, **self.kwargs)
 
     def __call__(self, prompts):
-        from kvcm.engine.models import GenOutput
+        from kvcm.models import GenOutput
         try:
             res = self._run(prompts)
         except ValueError as exc:
@@ -219,7 +219,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from kvcm.engine.models import load_smollm2
+    from kvcm.models import load_smollm2
     from pytest_kvcm.parity import compare_outputs
     model, tok = load_smollm2(dtype=getattr(torch, args.dtype), device=args.device)
     prompts = load_prompts(tok, args.num_prompts, args.gsm8k)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from .config import BatchDesc, KVCacheDesc
 from .errors import BudgetExceededError, ConfigError
-from .layer_groups import LayerGroup, ceil_div
+from .layer_groups import LayerGroup
+from .units import ceil_div
 
 #: The split used when neither a typical step nor a pool ratio is given: one long request.
 DEFAULT_SPLIT_REQUEST = KVCacheDesc(2049, 2048)

@@ -10,10 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .model_spec import LayerSpec, ModelSpec
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+from .units import ceil_div
 
 
 @dataclass

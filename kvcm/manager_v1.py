@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import validation
 from .errors import OutOfPagesError
-from .layer_groups import ceil_div
+from .units import ceil_div
 from .manager import BaseKVCacheManager
 
 

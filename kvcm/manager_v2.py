@@ -12,7 +12,7 @@ from .constraints import (NamedConstraint, generic_constraints, split_quota, spl
                           typical_step_batch)
 from . import validation
 from .errors import ConfigError
-from .layer_groups import ceil_div
+from .units import ceil_div
 from .manager import BaseKVCacheManager
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .layer_groups import ceil_div
+from .units import ceil_div
 
 
 @dataclass(frozen=True, order=True)

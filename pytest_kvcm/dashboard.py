@@ -6,7 +6,7 @@ names, extra JSON) is escaped with ``html.escape``; the raw rows are also embedd
 ``<script type="application/json">`` block with ``<``, ``>`` and ``&`` escaped, so no test id can close the
 block or run as markup.
 
-``kvcm dashboard --results PATH --out FILE`` calls :func:`main`.
+``pytest-kvcm dashboard --results PATH --out FILE`` (or its alias ``kvcm dashboard``) calls :func:`main`.
 """
 
 from __future__ import annotations
@@ -308,8 +308,8 @@ def render_dashboard(store_path: str | Path, out_html: str | Path, *, title: str
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="kvcm dashboard", description="Render a kvcm results store as one HTML file.")
+def main(argv: list[str] | None = None, prog: str = "pytest-kvcm dashboard") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description="Render a kvcm results store as one HTML file.")
     ap.add_argument("--results", default=DEFAULT_PATH, help=f"SQLite results store (default {DEFAULT_PATH})")
     ap.add_argument("--out", default="kvcm-dashboard.html", help="HTML file to write (default kvcm-dashboard.html)")
     ap.add_argument("--title", default="kvcm results")
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = render_dashboard(args.results, args.out, title=args.title)
     except (FileNotFoundError, sqlite3.DatabaseError) as e:
-        print(f"kvcm dashboard: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
     return 0

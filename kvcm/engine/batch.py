@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvcm.layer_groups import ceil_div
+from ..units import ceil_div
 
 
 @dataclass

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcm.layer_groups import ceil_div
-
+from ..estimation import estimation_config
+from ..factory import create_kv_cache_manager
+from ..units import ceil_div
+from ..warmup import plan_warmup
 from . import sampler
 from .batch import StepBuffers
 from .runner import ModelRunner, StepItem
@@ -170,7 +172,6 @@ class StepGraphs:
     def warmup(self, *, batch_sizes=None, draft_lens=None, two_model: bool = False, cache: str = "final",
                keep: bool = True):
         """Plan, fit, run (and on CUDA capture) every decode shape; returns the ``kvcm.WarmupReport``."""
-        import kvcm
 
         def on_fit(shape, dummies):
             q_len = 1 + shape.draft_len
@@ -184,8 +185,8 @@ class StepGraphs:
             if keep:
                 self.shapes[(shape.batch_size, q_len)] = static
 
-        report = kvcm.plan_warmup(self.mgr, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model,
-                                  cache=cache, on_fit=on_fit)
+        report = plan_warmup(self.mgr, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model,
+                             cache=cache, on_fit=on_fit)
         self.reports.append(report)
         return report
 
@@ -212,13 +213,11 @@ def estimation_manager(llm):
     """The temporary cache engines warm up on first: ``kvcm.estimation``'s config (typical length =
     max_seq_len, the whole free-memory fraction) on CUDA; on the CPU (no free-memory figure) a second manager
     of the same config."""
-    import kvcm
-    from kvcm.estimation import estimation_config
     cfg = llm.kv_cache_config
     if llm.device.type == "cuda":
         cfg = estimation_config(cfg).replace(avg_seq_len=llm.max_seq_len)
-    return kvcm.create_kv_cache_manager(llm.manager_version, llm.model_spec, cfg,
-                                        **llm.manager_kwargs())
+    return create_kv_cache_manager(llm.manager_version, llm.model_spec, cfg,
+                                   **llm.manager_kwargs())
 
 
 def _warm_estimation_cache(llm, **kw):

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..config import KvCacheConfig
+from ..factory import create_kv_cache_manager
+from ..model_spec import ModelSpec
+from .cuda_graph import setup_cuda_graphs, warmup_estimation
 from .pipeline import StepPipeline
 from .runner import ModelRunner
 from .scheduler import Scheduler
@@ -48,11 +52,10 @@ def eos_token_ids(model, tokenizer) -> tuple[int, ...]:
 def default_kv_cache_config(model, *, max_batch_size: int, max_seq_len: int, device):
     """Model dtype; on CPU enough tokens for a full batch of full-length requests (capped at 2**17), on CUDA
     half the free memory (the manager reads it)."""
-    import kvcm
     dtype = _DTYPE_NAMES.get(next(model.parameters()).dtype, "bfloat16")
     if torch.device(device).type == "cuda":
-        return kvcm.KvCacheConfig(free_gpu_memory_fraction=0.5, dtype=dtype)
-    return kvcm.KvCacheConfig(max_tokens=min(max_batch_size * max_seq_len, 1 << 17), dtype=dtype)
+        return KvCacheConfig(free_gpu_memory_fraction=0.5, dtype=dtype)
+    return KvCacheConfig(max_tokens=min(max_batch_size * max_seq_len, 1 << 17), dtype=dtype)
 
 
 class LLM:
@@ -66,7 +69,6 @@ class LLM:
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
         (eagerly) on the CPU unless ``graph_capture`` says otherwise. ``overlap``: schedule and launch each
         step before the previous one's tokens are read (``pipeline.py``); same greedy tokens, less GPU idle."""
-        import kvcm
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -77,20 +79,19 @@ class LLM:
         self.kv_cache_config = kv_cache_config
         self.manager_version = manager_version
         self.max_draft_len = max_draft_len
-        self.model_spec = kvcm.ModelSpec.from_hf_config(model.config)
+        self.model_spec = ModelSpec.from_hf_config(model.config)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         self.graphs = None
         self.warmup_reports = []
         est_report = None
         if cuda_graph and manager is None:
-            from .cuda_graph import warmup_estimation   # the temporary cache comes and goes before the final one
+            # the temporary cache comes and goes before the final one
             est_report = warmup_estimation(self, batch_sizes=cuda_graph_batch_sizes,
                                            two_model=max_draft_len > 0)
         self.manager = manager if manager is not None else self._new_manager()
         self.tracer = Tracer() if trace else None
         self.runner = ModelRunner(self.model, self.manager, self.device, self.tracer)
         if cuda_graph:
-            from .cuda_graph import setup_cuda_graphs
             self.graphs = setup_cuda_graphs(self, batch_sizes=cuda_graph_batch_sizes,
                                             token_buckets=cuda_graph_token_buckets, estimation=False,
                                             capture=graph_capture)
@@ -102,9 +103,8 @@ class LLM:
                     max_num_tokens=self.max_num_tokens, max_draft_len=self.max_draft_len, device=self.device)
 
     def _new_manager(self):
-        import kvcm
-        return kvcm.create_kv_cache_manager(self.manager_version, self.model_spec, self.kv_cache_config,
-                                            **self.manager_kwargs())
+        return create_kv_cache_manager(self.manager_version, self.model_spec, self.kv_cache_config,
+                                       **self.manager_kwargs())
 
     def close(self) -> None:
         """Drop graphs and give the engine's own pages (the graph pad request) back to the manager."""

@@ -19,13 +19,9 @@ from __future__ import annotations
 
 from collections import deque
 
+from ..errors import OutOfPagesError
 from .runner import StepItem
 from .sequence import Sequence, Status
-
-
-def _out_of_pages_error():
-    import kvcm
-    return kvcm.OutOfPagesError
 
 
 class Scheduler:
@@ -38,7 +34,6 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
-        self._oop = _out_of_pages_error()
 
     def add(self, seq: Sequence) -> None:
         if seq.num_tokens >= self.max_seq_len:
@@ -67,7 +62,7 @@ class Scheduler:
             try:
                 grow()
                 return True
-            except self._oop:
+            except OutOfPagesError:
                 victims = [s for s in self.running if s.request_id not in scheduled]
                 victim = victims[-1]
                 self._preempt(victim)
@@ -89,7 +84,7 @@ class Scheduler:
             rid = seq.request_id
             try:
                 begin_generation(rid)
-            except self._oop:
+            except OutOfPagesError:
                 if not self._grow(seq, lambda s=seq: begin_generation(s.request_id), scheduled):
                     continue
             scheduled.add(rid)
@@ -106,7 +101,7 @@ class Scheduler:
             if seq.status is Status.WAITING:
                 try:
                     grow()
-                except self._oop:
+                except OutOfPagesError:
                     break                  # keep FCFS order: nothing behind it is admitted either
                 self.waiting.remove(seq)
                 seq.status = Status.RUNNING

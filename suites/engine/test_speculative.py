@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import kvcm
-from kvcm.engine.models import chat_prompt_ids, hf_generate, require_smollm2, tiny_model, truncated_drafter
+from kvcm.models import chat_prompt_ids, hf_generate, require_smollm2, tiny_model, truncated_drafter
 from kvcm.engine.speculative import SpeculativeLLM
 from pytest_kvcm.parity import compare_outputs
 

@@ -8,7 +8,7 @@ import torch
 
 import kvcm
 from kvcm.engine import LLM, SamplingParams
-from kvcm.engine.models import tiny_model
+from kvcm.models import tiny_model
 from kvcm.engine.runner import ModelRunner
 from kvcm.engine.trace import Tracer
 

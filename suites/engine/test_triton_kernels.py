@@ -14,7 +14,7 @@ import torch
 
 import kvcm
 from kvcm.engine import LLM, SamplingParams, triton_attention
-from kvcm.engine.models import hf_generate, tiny_model
+from kvcm.models import hf_generate, tiny_model
 
 from _prompts import random_prompts
 

@@ -1,0 +1,48 @@
+"""The ``pytest-kvcm`` command: the plugin's own tools, kept out of the ``kvcm`` library.
+
+* ``sensitivity``: run a lane once clean and once per registered defect; fail if one goes uncaught.
+* ``dashboard``: render the results store as one HTML file.
+
+``kvcm sensitivity`` and ``kvcm dashboard`` forward here, so the library never imports the plugin on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _sensitivity_parser(prog: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description="Run a lane once per registered defect; fail if one is "
+                                 "missed.")
+    ap.add_argument("--lane", default="l0_cpu")
+    ap.add_argument("--defect", action="append", default=None, help="only these defects (repeatable)")
+    ap.add_argument("--pytest-args", default="", help="extra arguments for every pytest run")
+    ap.add_argument("--json", default=None, help="also write the table as JSON to this file")
+    return ap
+
+
+def main(argv: list[str] | None = None, prog: str = "pytest-kvcm") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"sensitivity": "run the lane once per registered defect; fail if one is missed",
+                "dashboard": "render the accuracy dashboard from the results store"}
+    if not argv or argv[0] not in commands:
+        ap = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = ap.add_subparsers(dest="command", required=True)
+        for name, text in commands.items():
+            sub.add_parser(name, help=text, add_help=False)
+        ap.parse_args(argv)  # prints help or the usage error and exits
+        return 2
+    command, rest = argv[0], argv[1:]
+    if command == "dashboard":
+        from .dashboard import main as dashboard_main
+
+        return dashboard_main(rest, prog=f"{prog} dashboard")
+    from .sensitivity import main as sensitivity_main
+
+    return sensitivity_main(_sensitivity_parser(f"{prog} sensitivity").parse_args(rest))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
