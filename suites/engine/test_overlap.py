@@ -9,7 +9,7 @@ import pytest
 
 import kvcm
 from kvcm.engine import LLM, SamplingParams
-from kvcm.engine.models import tiny_model
+from kvcm.models import tiny_model
 from kvcm.engine.scheduler import placeholder
 
 from _prompts import random_prompts
