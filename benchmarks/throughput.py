@@ -5,6 +5,11 @@ batches, left padding) and transformers' own continuous batching (``generate_bat
     python benchmarks/throughput.py --gsm8k DIR --num-prompts 0 --max-new-tokens 256 --batch-size 256 \\
         --dtype bfloat16                                             # all 1,319 GSM8K questions (chat template)
 
+Beside tokens/s each engine's GSM8K accuracy is printed (flexible extract, ``drift.py``). Then a drift report:
+each engine against an fp32 run of the same prompts through the kvcm engine (outputs equal, tokens before the
+first divergence, the fp32 logit margin there), the same fp32 engine's outputs overlapped vs not on the first
+``--identity-prompts`` prompts, and on CUDA the host share of a graph decode step (``step_profile.py``).
+
 Tokens/s counts generated tokens (prompt tokens excluded, EOS included) over wall time. Each engine is built and
 warmed up once (graph capture and first-call costs are reported apart, as setup) and run; then the engines take
 turns for the other ``--repeats - 1`` rounds and the median wall time of each is reported with its ratio to the
@@ -27,6 +32,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+from drift import gsm8k_accuracy  # noqa: E402  (this directory's helper, importable once the path is set)
 
 BUILTIN = [
     "What is the capital of France?", "Write a haiku about the sea.", "Explain photosynthesis in one sentence.",
@@ -54,26 +61,30 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def load_prompts(tok, num: int, gsm8k: str | None) -> list[list[int]]:
-    """``num`` chat-template prompts (0 = every GSM8K test question): GSM8K questions, else the built-in ones."""
+def load_prompts(tok, num: int, gsm8k: str | None) -> tuple[list[list[int]], list[str]]:
+    """``num`` chat-template prompts (0 = every GSM8K test question): GSM8K questions and their normalised
+    answers, else the built-in prompts (no answers)."""
     from kvcm.models import chat_prompt_ids
+    from pytest_kvcm.accuracy.gsm8k import target_answer
+    targets = []
     if gsm8k:
         path = Path(gsm8k)
         files = [path] if path.is_file() else sorted(path.glob("*test*.jsonl")) or sorted(path.glob("*.jsonl"))
         if not files:
             raise SystemExit(f"--gsm8k {gsm8k}: no .jsonl file there (want GSM8K test rows with a 'question')")
-        questions = [json.loads(line)["question"] for line in files[0].read_text().splitlines() if line.strip()]
-        questions = questions[:num] if num else questions
+        rows = [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+        rows = rows[:num] if num else rows
+        questions, targets = [r["question"] for r in rows], [target_answer(r["answer"]) for r in rows]
     else:
         questions = [BUILTIN[i % len(BUILTIN)] for i in range(num or len(BUILTIN))]
-    return [chat_prompt_ids(tok, q) for q in questions]
+    return [chat_prompt_ids(tok, q) for q in questions], targets
 
 
 class KvcmEngine:
     """A kvcm ``LLM`` built once (graphs captured once) and run on every round."""
 
     def __init__(self, model, tok, prompts, max_new, batch_size, device, *, version="v2", cuda_graph=False,
-                 fraction=0.5):
+                 fraction=0.5, overlap=True):
         import kvcm
         from kvcm.engine import LLM
         self.max_new, self.device = max_new, torch.device(device)
@@ -87,7 +98,7 @@ class KvcmEngine:
         # chunked prefill of 8192 tokens a step on CUDA; on the CPU whole prompts (the pool is sized to the batch)
         self.llm = LLM(model, tok, manager_version=version, kv_cache_config=cfg, max_batch_size=batch_size,
                        max_seq_len=max_seq, max_num_tokens=8192 if self.device.type == "cuda" else None,
-                       device=device, cuda_graph=cuda_graph)
+                       device=device, cuda_graph=cuda_graph, overlap=overlap)
         self.llm.generate(prompts[:2], self._params(4))
         sync(device)
         self.setup_s = time.perf_counter() - t
@@ -191,14 +202,54 @@ class HfGenerateBatch:
 def build(name, model, tok, prompts, args):
     common = (model, tok, prompts, args.max_new_tokens, args.batch_size, args.device)
     if name == "kvcm-graph":
-        return KvcmEngine(*common, version=args.kvcm_version, cuda_graph=True, fraction=args.fraction)
+        return KvcmEngine(*common, version=args.kvcm_version, cuda_graph=True, fraction=args.fraction,
+                          overlap=not args.no_overlap)
     if name == "kvcm-eager":
-        return KvcmEngine(*common, version=args.kvcm_version, fraction=args.fraction)
+        return KvcmEngine(*common, version=args.kvcm_version, fraction=args.fraction, overlap=not args.no_overlap)
     if name == "hf":
         return HfGenerate(*common)
     if name == "cb":
         return HfGenerateBatch(*common)
     raise SystemExit(f"--engines: unknown engine {name!r}; choose from {', '.join(ENGINES)}")
+
+
+def reference_section(args, prompts, outs, model, tok) -> dict:
+    """An fp32 run of the same prompts through the kvcm engine (graphs on CUDA): every engine's drift from it,
+    and its own outputs overlapped vs not on the first ``--identity-prompts`` prompts."""
+    from kvcm.engine.llm import eos_token_ids
+    from kvcm.models import load_smollm2
+    from drift import HEADER, drift
+    from pytest_kvcm.parity import compare_outputs
+    ref_model = model if args.dtype == "float32" else load_smollm2(dtype=torch.float32, device=args.device)[0]
+    eos = set(eos_token_ids(ref_model, tok))
+    eng = KvcmEngine(ref_model, tok, prompts, args.max_new_tokens, args.batch_size, args.device,
+                     version=args.kvcm_version, cuda_graph=args.device == "cuda", fraction=args.fraction)
+    sync(args.device)
+    t = time.perf_counter()
+    ref = eng(prompts)
+    sync(args.device)
+    say(f"   fp32 reference (kvcm {'graphs' if args.device == 'cuda' else 'eager'}): "
+        f"{sum(len(o.token_ids) for o in ref)} tokens in {time.perf_counter() - t:.1f} s")
+    out = {"drift": {}}
+    say(f"   drift from fp32, {len(prompts)} prompts ({args.dtype}):\n{HEADER}")
+    for name, got in outs.items():
+        d = drift(name, ref, got, eos)
+        out["drift"][name] = {"identical": d.identical, "prompts": d.num_prompts, "prefix_share": d.prefix_share,
+                              "first_positions": d.first_positions, "margins": d.margins}
+        say(d.row())
+    n = min(args.identity_prompts, len(prompts))
+    if n:
+        llm = eng.llm
+        llm.pipeline.overlap = False
+        serial = eng(prompts[:n])
+        llm.pipeline.overlap = True
+        overlapped = eng(prompts[:n])
+        rep = compare_outputs(serial, overlapped, prompts[:n], names=("serial", "overlapped"))
+        out["overlap_identity"] = f"{n - len(rep.mismatches)}/{n} identical"
+        say(f"   fp32 overlapped vs serial step loop: {out['overlap_identity']} (ahead-launched steps: "
+            f"{llm.pipeline.num_launched_ahead})")
+    eng.close()
+    return out
 
 
 def main(argv=None):
@@ -216,13 +267,17 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
     ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--no-reference", action="store_true", help="skip the fp32 reference run (drift, identity)")
+    ap.add_argument("--identity-prompts", type=int, default=64,
+                    help="fp32 outputs overlapped vs not on this many prompts")
+    ap.add_argument("--no-overlap", action="store_true", help="time the kvcm engines with the serial step loop")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     from kvcm.models import load_smollm2
     from pytest_kvcm.parity import compare_outputs
     model, tok = load_smollm2(dtype=getattr(torch, args.dtype), device=args.device)
-    prompts = load_prompts(tok, args.num_prompts, args.gsm8k)
+    prompts, targets = load_prompts(tok, args.num_prompts, args.gsm8k)
     chosen = (args.engines.split(",") if args.engines else
               [e for e in ENGINES if e != "kvcm-graph" or args.device == "cuda"])
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -264,10 +319,11 @@ def main(argv=None):
         n = sum(len(o.token_ids) for o in outs[name])
         dt = statistics.median(times[name])
         rates[name] = n / dt
+        acc = gsm8k_accuracy([tok.decode(o.token_ids, skip_special_tokens=True) for o in outs[name]], targets)
         info.setdefault(name, {}).update(tokens=n, median_s=round(dt, 3), times_s=[round(x, 3) for x in times[name]],
-                                         tok_per_s=round(n / dt, 1), **eng.describe())
+                                         tok_per_s=round(n / dt, 1), gsm8k_flexible=acc, **eng.describe())
         say(f"{name:>11}: {n:7d} tokens, median {dt:8.2f} s of {len(times[name])} = {n / dt:9.1f} tok/s   "
-            f"(setup {eng.setup_s:.1f} s)")
+            f"GSM8K flexible {acc:5.1f}%   (setup {eng.setup_s:.1f} s)")
     for a in rates:
         for b in rates:
             if a.startswith("kvcm") and not b.startswith("kvcm"):
@@ -296,8 +352,19 @@ def main(argv=None):
     if "kvcm-graph" in outs and "kvcm-eager" in outs:
         rep = compare_outputs(outs["kvcm-eager"], outs["kvcm-graph"], prompts, names=("eager", "graph"))
         say(f"   kvcm graph vs eager: {rep.num_prompts - len(rep.mismatches)}/{rep.num_prompts} identical")
+    if "kvcm-graph" in engines and args.device == "cuda":
+        from step_profile import describe, step_profile
+        n2 = min(80, args.max_new_tokens)
+        info["step_profile"] = step_profile(engines["kvcm-graph"].llm, prompts[:args.batch_size], n1=n2 // 5, n2=n2)
+        say(describe(info["step_profile"]))
     for eng in engines.values():
         eng.close()
+    engines.clear()
+    if not args.no_reference:
+        gc.collect()
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+        info["reference"] = reference_section(args, prompts, outs, model, tok)
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "engines": info}, indent=1, default=str))
     gc.collect()
