@@ -8,7 +8,11 @@ instead of growing the pool (SEMANTICS 6).
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
+from typing import Callable
+
+import torch
 
 from .errors import BudgetExceededError
 from .factory import create_kv_cache_manager
@@ -28,19 +32,47 @@ def estimation_config(kv_cache_config):
                                    free_gpu_memory_fraction=kv_cache_config.fraction, avg_seq_len=None)
 
 
-def build_with_estimation(version: str, model, kv_cache_config, *, warmup: bool = True, batch_sizes=None,
-                          draft_lens=None, two_model: bool = False, **manager_kwargs) -> Estimation:
-    est_cfg = estimation_config(kv_cache_config).replace(avg_seq_len=manager_kwargs["max_seq_len"])
-    temp = create_kv_cache_manager(version, model, est_cfg, **manager_kwargs)
+def engine_estimation_config(kv_cache_config, max_seq_len: int, device):
+    """What an engine builds its estimation cache from: the estimation config on a device whose free memory
+    the budget comes from; on the CPU (whose "free memory" is the host's) the user's own config."""
+    if torch.device(device).type == "cpu":
+        return kv_cache_config
+    return estimation_config(kv_cache_config).replace(avg_seq_len=max_seq_len)
+
+
+def release_device_memory() -> None:
+    """Hand freed cache pages back to the device, so the final cache is sized from what is really free."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def estimate(make_manager: Callable, est_config, *, warm: Callable | None = None) -> tuple[dict, WarmupReport | None]:
+    """The one estimation path (``kvcm plan`` and the engine, plain or speculative, target or draft): build the
+    temporary cache with ``make_manager(est_config)``, warm it up (``warm(manager) -> WarmupReport``), describe
+    it and release it. Everything that references it lives in this call."""
+    temp = make_manager(est_config)
     if temp.pool_bytes > temp.budget_bytes:  # split_quota guarantees this; a patched manager must not slip by
         raise BudgetExceededError("estimation pool", temp.pool_bytes, temp.budget_bytes)
-    warmups = []
-    if warmup:
-        warmups.append(plan_warmup(temp, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model,
-                                   cache="estimation"))
+    report = warm(temp) if warm is not None else None
     described = temp.describe()
     del temp
-    final = create_kv_cache_manager(version, model, kv_cache_config, **manager_kwargs)
-    if warmup:
-        warmups.append(plan_warmup(final, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model))
+    release_device_memory()
+    return described, report
+
+
+def build_with_estimation(version: str, model, kv_cache_config, *, warmup: bool = True, batch_sizes=None,
+                          draft_lens=None, two_model: bool = False, **manager_kwargs) -> Estimation:
+    """Estimation cache, then final cache, each with the warmup plan (no forwards: the manager alone)."""
+    def make(cfg):
+        return create_kv_cache_manager(version, model, cfg, **manager_kwargs)
+
+    def warm(cache):
+        return lambda mgr: plan_warmup(mgr, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model,
+                                       cache=cache)
+
+    est_cfg = estimation_config(kv_cache_config).replace(avg_seq_len=manager_kwargs["max_seq_len"])
+    described, report = estimate(make, est_cfg, warm=warm("estimation") if warmup else None)
+    final = make(kv_cache_config)
+    warmups = [report, warm("final")(final)] if warmup else []
     return Estimation(described, final, warmups)

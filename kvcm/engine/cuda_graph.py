@@ -14,18 +14,18 @@ kernels' launch shape depends only on (tokens, rows), so one capture serves ever
 
 Warmup runs twice, as engines do: on the estimation cache (a temporary manager; its dummies are run once,
 eagerly, since graphs captured there would point at pages about to be freed) and on the final cache, where the
-graphs are captured. On the CPU the static path runs eagerly (``capture=False``), so the suites test it
-everywhere; replaying a graph gives the same greedy tokens as the eager path.
+graphs are captured. :func:`build_cache` is that pipeline for one model, one way: a manager factory, the
+cache config and a :class:`GraphPlan` in; manager, runner, graphs and reports out. A speculative engine calls it
+for the target and for the draft model. On the CPU the static path runs eagerly (``capture=False``), so the
+suites test it everywhere; replaying a graph gives the same greedy tokens as the eager path.
 """
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 
 import torch
 
-from ..estimation import estimation_config
-from ..factory import create_kv_cache_manager
+from ..estimation import engine_estimation_config, estimate
 from ..units import ceil_div
 from ..warmup import plan_warmup
 from . import sampler
@@ -209,46 +209,67 @@ class StepGraphs:
         return sampler.unpack(*self.launch(static, items))
 
 
-def estimation_manager(llm):
-    """The temporary cache engines warm up on first: ``kvcm.estimation``'s config (typical length =
-    max_seq_len, the whole free-memory fraction) on CUDA; on the CPU (no free-memory figure) a second manager
-    of the same config."""
-    cfg = llm.kv_cache_config
-    if llm.device.type == "cuda":
-        cfg = estimation_config(cfg).replace(avg_seq_len=llm.max_seq_len)
-    return create_kv_cache_manager(llm.manager_version, llm.model_spec, cfg,
-                                   **llm.manager_kwargs())
+@dataclass(frozen=True)
+class GraphPlan:
+    """What the warmup captures: decode shapes of these batch sizes (default ``1, 2, 4 .. B``) and draft
+    lengths (default ``max_draft_len``, and 0 too with ``two_model``), and token buckets (default
+    ``default_token_buckets`` where the Triton kernels run). ``capture``: None = on CUDA only."""
+    batch_sizes: tuple[int, ...] | None = None
+    token_buckets: tuple[int, ...] | None = None
+    draft_lens: tuple[int, ...] | None = None
+    two_model: bool = False
+    capture: bool | None = None
 
 
-def _warm_estimation_cache(llm, **kw):
-    """Everything that references the temporary manager lives in this call, so it is garbage when it returns."""
-    graphs = StepGraphs(ModelRunner(llm.model, estimation_manager(llm), llm.device), llm.max_seq_len, capture=False)
-    report = graphs.warmup(cache="estimation", keep=False, **kw)
-    graphs.release()
-    return report
+@dataclass
+class EngineCache:
+    """What :func:`build_cache` hands back: the final manager, its runner, its graphs and every warmup report
+    (estimation, then final)."""
+    manager: object
+    runner: ModelRunner
+    graphs: StepGraphs | None
+    reports: list
 
 
-def warmup_estimation(llm, *, batch_sizes=None, draft_lens=None, two_model=False):
-    """Warm up on a temporary estimation cache and free it; returns its report. On CUDA its pages go back to
-    the device before the final cache is sized from free memory (a cached block would halve that budget)."""
-    report = _warm_estimation_cache(llm, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model)
-    if llm.device.type == "cuda":
-        gc.collect()
-        torch.cuda.empty_cache()
-    return report
+def setup_cuda_graphs(runner: ModelRunner, plan: GraphPlan) -> tuple[StepGraphs, list]:
+    """On the runner's (final) manager: token buckets, then every planned decode shape; returns the graphs
+    and the final cache's warmup report."""
+    mgr = runner.mgr
+    graphs = StepGraphs(runner, mgr.max_seq_len, capture=plan.capture)
+    buckets = plan.token_buckets
+    if buckets is None and runner.use_kernel:
+        buckets = default_token_buckets(mgr.max_batch_size, mgr.max_num_tokens)
+    graphs.capture_buckets(list(buckets or []))
+    report = graphs.warmup(batch_sizes=plan.batch_sizes, draft_lens=plan.draft_lens, two_model=plan.two_model)
+    return graphs, [report]
 
 
-def setup_cuda_graphs(llm, *, batch_sizes=None, token_buckets=None, estimation: bool = True,
-                      capture: bool | None = None):
-    """Estimation warmup, then on the final cache: token buckets, then decode shapes D (and 0, which plain
-    decode uses). Buckets default to ``token_buckets(B, N)`` where the Triton kernels run, none elsewhere."""
-    d = llm.max_draft_len
-    two_model = d > 0
-    reports = [warmup_estimation(llm, batch_sizes=batch_sizes, two_model=two_model)] if estimation else []
-    graphs = StepGraphs(llm.runner, llm.max_seq_len, capture=capture)
-    if token_buckets is None and llm.runner.use_kernel:
-        token_buckets = default_token_buckets(llm.max_batch_size, llm.max_num_tokens)
-    graphs.capture_buckets(token_buckets or [])
-    reports.append(graphs.warmup(batch_sizes=batch_sizes, two_model=two_model))
-    llm.warmup_reports = reports
-    return graphs
+def _warm_eagerly(model, device, plan: GraphPlan):
+    """The estimation cache's warmup: every shape's dummies run once, eagerly, nothing kept."""
+    def warm(mgr):
+        graphs = StepGraphs(ModelRunner(model, mgr, device), mgr.max_seq_len, capture=False)
+        report = graphs.warmup(cache="estimation", keep=False, batch_sizes=plan.batch_sizes,
+                               draft_lens=plan.draft_lens, two_model=plan.two_model)
+        graphs.release()
+        return report
+    return warm
+
+
+def build_cache(model, device, make_manager, kv_cache_config, plan: GraphPlan | None, *, max_seq_len: int,
+                manager=None, tracer=None) -> EngineCache:
+    """One model's cache, one way: with a graph plan (and no ready ``manager``) warm up on the estimation
+    cache (``kvcm.estimation.estimate``) and free it; then the final manager ``make_manager(kv_cache_config)``,
+    its runner, and with a plan its graphs. Target and draft caches are built the same way."""
+    reports = []
+    if plan is not None and manager is None:
+        est_cfg = engine_estimation_config(kv_cache_config, max_seq_len, device)
+        _, report = estimate(make_manager, est_cfg, warm=_warm_eagerly(model, device, plan))
+        reports.append(report)
+    if manager is None:
+        manager = make_manager(kv_cache_config)
+    runner = ModelRunner(model, manager, device, tracer)
+    graphs = None
+    if plan is not None:
+        graphs, final = setup_cuda_graphs(runner, plan)
+        reports += final
+    return EngineCache(manager, runner, graphs, reports)

@@ -12,9 +12,10 @@ import torch
 from ..config import KvCacheConfig
 from ..factory import create_kv_cache_manager
 from ..model_spec import ModelSpec
-from .cuda_graph import setup_cuda_graphs, warmup_estimation
+from .. import draft_budget
+from .cuda_graph import GraphPlan, build_cache
+from .drafters import ModelDrafter, NgramDrafter
 from .pipeline import StepPipeline
-from .runner import ModelRunner
 from .scheduler import Scheduler
 from .sequence import SamplingParams, Sequence
 from .trace import Tracer
@@ -64,11 +65,18 @@ class LLM:
                  device="cpu", trace: bool = False, manager=None, max_draft_len: int = 0,
                  cuda_graph: bool = False, cuda_graph_batch_sizes: list[int] | None = None,
                  cuda_graph_token_buckets: list[int] | None = None, graph_capture: bool | None = None,
-                 overlap: bool = True):
+                 overlap: bool = True, drafter=None, draft_manager_version: str | None = None,
+                 draft_kv_cache_config=None):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
         (eagerly) on the CPU unless ``graph_capture`` says otherwise. ``overlap``: schedule and launch each
-        step before the previous one's tokens are read (``pipeline.py``); same greedy tokens, less GPU idle."""
+        step before the previous one's tokens are read (``pipeline.py``); same greedy tokens, less GPU idle.
+
+        ``drafter``: speculative decoding with ``max_draft_len`` drafts a step, proposed by ``"ngram"``
+        (prompt lookup), a ``drafters.NgramDrafter``, or a draft model (a causal LM sharing the tokenizer, with
+        its own ``draft_manager_version`` cache; target and draft split one memory budget: ``kvcm.draft_budget``,
+        unless ``draft_kv_cache_config`` sizes the draft's cache on its own).
+        """
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -79,38 +87,74 @@ class LLM:
         self.kv_cache_config = kv_cache_config
         self.manager_version = manager_version
         self.max_draft_len = max_draft_len
+        if drafter is not None and (not isinstance(max_draft_len, int) or max_draft_len < 1):
+            raise ValueError(f"drafter={drafter!r} needs max_draft_len >= 1, got {max_draft_len!r}")
         self.model_spec = ModelSpec.from_hf_config(model.config)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
-        self.graphs = None
-        self.warmup_reports = []
-        est_report = None
-        if cuda_graph and manager is None:
-            # the temporary cache comes and goes before the final one
-            est_report = warmup_estimation(self, batch_sizes=cuda_graph_batch_sizes,
-                                           two_model=max_draft_len > 0)
-        self.manager = manager if manager is not None else self._new_manager()
-        self.tracer = Tracer() if trace else None
-        self.runner = ModelRunner(self.model, self.manager, self.device, self.tracer)
+        draft_model = drafter if isinstance(drafter, torch.nn.Module) else None
+        target_cfg = draft_cfg = kv_cache_config
+        if draft_model is not None:
+            if draft_model.config.vocab_size != model.config.vocab_size:
+                raise ValueError(f"draft vocab_size={draft_model.config.vocab_size} differs from the target's "
+                                 f"{model.config.vocab_size}: the draft must share the target's tokenizer")
+            free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
+            target_cfg, draft_cfg = draft_budget.split_draft_budget(
+                kv_cache_config, self.model_spec, ModelSpec.from_hf_config(draft_model.config),
+                free_memory_bytes=free)
+            if draft_kv_cache_config is not None:
+                target_cfg, draft_cfg = kv_cache_config, draft_kv_cache_config
+        plan = None
         if cuda_graph:
-            self.graphs = setup_cuda_graphs(self, batch_sizes=cuda_graph_batch_sizes,
-                                            token_buckets=cuda_graph_token_buckets, estimation=False,
-                                            capture=graph_capture)
-            self.warmup_reports = ([est_report] if est_report else []) + self.warmup_reports
+            plan = GraphPlan(batch_sizes=cuda_graph_batch_sizes, token_buckets=cuda_graph_token_buckets,
+                             two_model=max_draft_len > 0, capture=graph_capture)
+        self.tracer = Tracer() if trace else None
+        target = build_cache(self.model, self.device, self._factory(manager_version, self.model_spec,
+                                                                    max_seq_len), target_cfg, plan,
+                             max_seq_len=max_seq_len, manager=manager, tracer=self.tracer)
+        self.manager, self.runner, self.graphs, self.warmup_reports = (target.manager, target.runner,
+                                                                         target.graphs, target.reports)
+        self.drafter, self.draft_warmup_reports = None, []
+        if draft_model is not None:
+            draft_model = draft_model.to(device).eval()
+            # the draft runs up to D - 1 positions past the target's last slot
+            draft_plan = None if plan is None else GraphPlan(
+                batch_sizes=cuda_graph_batch_sizes, token_buckets=cuda_graph_token_buckets, draft_lens=(1, 0),
+                capture=graph_capture)
+            dv = draft_manager_version or manager_version
+            draft = build_cache(draft_model, self.device,
+                                self._factory(dv, ModelSpec.from_hf_config(draft_model.config),
+                                              max_seq_len + max_draft_len), draft_cfg, draft_plan,
+                                max_seq_len=max_seq_len + max_draft_len)
+            self.drafter = ModelDrafter(draft.runner, max_draft_len, name=f"model-{dv}", graphs=draft.graphs)
+            self.draft_warmup_reports = draft.reports
+        elif drafter is not None:
+            self.drafter = NgramDrafter(max_draft_len) if drafter == "ngram" else drafter
+            if not hasattr(self.drafter, "draft"):
+                raise ValueError(f"drafter={drafter!r}: expected 'ngram', an NgramDrafter or a draft model")
+            if self.drafter.num_draft != max_draft_len:
+                raise ValueError(f"drafter proposes {self.drafter.num_draft} tokens, max_draft_len={max_draft_len}")
         self.pipeline = StepPipeline(self, overlap=overlap)
+
+    def _factory(self, version, spec, max_seq_len):
+        kw = dict(self.manager_kwargs(), max_seq_len=max_seq_len)
+        return lambda cfg: create_kv_cache_manager(version, spec, cfg, **kw)
 
     def manager_kwargs(self) -> dict:
         return dict(max_batch_size=self.max_batch_size, max_seq_len=self.max_seq_len,
                     max_num_tokens=self.max_num_tokens, max_draft_len=self.max_draft_len, device=self.device)
 
-    def _new_manager(self):
-        return create_kv_cache_manager(self.manager_version, self.model_spec, self.kv_cache_config,
-                                       **self.manager_kwargs())
-
     def close(self) -> None:
-        """Drop graphs and give the engine's own pages (the graph pad request) back to the manager."""
+        """Drop graphs and give the engine's own pages (the graph pad request) back to the managers."""
         if self.graphs is not None:
             self.graphs.release()
             self.graphs = None
+        if self.drafter is not None:
+            self.drafter.close()
+
+    @property
+    def spec_stats(self):
+        """The drafter's acceptance figures (``drafters.SpecStats``) for the last ``generate``; None without one."""
+        return self.drafter.stats if self.drafter is not None else None
 
     @property
     def trace(self):
@@ -121,7 +165,9 @@ class LLM:
         params = params or SamplingParams()
         scheduler = Scheduler(self.manager, max_batch_size=self.max_batch_size, max_seq_len=self.max_seq_len,
                               max_num_tokens=self.max_num_tokens, eos_token_ids=self.eos_token_ids,
-                              tokenizer=self.tokenizer)
+                              tokenizer=self.tokenizer, drafter=self.drafter)
+        if self.drafter is not None:
+            self.drafter.stats = type(self.drafter.stats)(self.drafter.stats.name)
         seqs = []
         for i, prompt in enumerate(prompts):
             if not prompt:

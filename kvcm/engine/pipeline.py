@@ -22,7 +22,9 @@ changes is only when the host learns that a token stopped a sequence (EOS, a sto
 later, so that sequence runs one step too many (its token is dropped) and frees its pages a step later. A
 length limit is known without the token, so it is applied at commit, as before.
 
-Speculative decoding (``max_draft_len > 0``) takes several logit rows per sequence; it is not overlapped.
+Speculative decoding (``max_draft_len > 0``) takes several logit rows per sequence; it is not overlapped: the
+drafter proposes after *schedule* (``Scheduler.draft``), and *commit* and *complete* are one
+``Scheduler.verify``, since how many tokens a step keeps is known only from its tokens.
 """
 from __future__ import annotations
 
@@ -33,6 +35,13 @@ import torch
 
 from . import sampler
 from .scheduler import Scheduler
+
+
+@dataclass
+class Verification:
+    """A launched speculative step: what ``Scheduler.verify`` needs once its tokens are read."""
+    seqs: list
+    items: list
 
 
 @dataclass
@@ -82,6 +91,7 @@ class StepPipeline:
         if self.times is not None:
             self.times.launches.append(time.perf_counter())
         seqs, items = scheduler.schedule()
+        scheduler.draft(seqs, items)
         runner, graphs = self.llm.runner, self.llm.graphs
         static = graphs.pick(items) if graphs is not None else None
         if static is not None:
@@ -101,11 +111,15 @@ class StepPipeline:
         if self.times is not None:
             self.times.batch.append(len(items))
             self.times.decode_shape.append(static is not None and static.q_len is not None)
-        return InFlight(scheduler.commit(seqs, items), host, ready)
+        pending = scheduler.commit(seqs, items) if scheduler.drafter is None else Verification(seqs, items)
+        return InFlight(pending, host, ready)
 
     @staticmethod
     def _complete(scheduler: Scheduler, step: InFlight) -> None:
         if step.ready is not None:
             step.ready.synchronize()
         tokens, margins = sampler.unpack(step.packed, step.packed.shape[1])
-        scheduler.complete(step.pending, tokens, margins)
+        if isinstance(step.pending, Verification):
+            scheduler.verify(step.pending.seqs, step.pending.items, tokens, margins)
+        else:
+            scheduler.complete(step.pending, tokens, margins)

@@ -14,6 +14,14 @@ After a step is launched, :meth:`Scheduler.commit` does the bookkeeping that nee
 placeholder for each token on the way; :meth:`Scheduler.complete` writes the tokens in and applies the stop
 conditions. Between the two the next step can be scheduled (``pipeline.py`` overlaps them): a sequence whose
 token turns out to stop it has then run one step too many, and that step's token for it is dropped.
+
+With a drafter (speculative decoding, ``drafters.py``) the same loop runs with one more step: each decode
+becomes a *verification* of the pending token and ``D`` drafts (``begin_generation(num_draft=D)``, ``1 + D``
+logits), the drafter mirrors every capacity call on its own cache (a grow that fails on either cache preempts,
+as above), :meth:`Scheduler.draft` fills the drafts in before the forward, and :meth:`Scheduler.verify` keeps
+the longest prefix of drafts equal to the target's greedy choices plus the target's next token, rewinding the
+rejected slots (``end_generation(num_accepted=a)``). How many tokens a step yields is known only from its
+tokens, so these steps are not overlapped. The output is exactly plain greedy decoding.
 """
 from __future__ import annotations
 
@@ -26,8 +34,10 @@ from .sequence import Sequence, Status
 
 class Scheduler:
     def __init__(self, mgr, *, max_batch_size: int, max_seq_len: int, max_num_tokens: int | None = None,
-                 eos_token_ids: tuple[int, ...] = (), tokenizer=None):
+                 eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None):
         self.mgr = mgr
+        self.drafter = drafter
+        self.num_draft = drafter.num_draft if drafter is not None else 0
         self.max_batch_size, self.max_seq_len, self.max_num_tokens = max_batch_size, max_seq_len, max_num_tokens
         self.eos_token_ids = tuple(eos_token_ids)
         self.tokenizer = tokenizer
@@ -49,11 +59,39 @@ class Scheduler:
     # ---- scheduling ------------------------------------------------------------------------------------------
     def _preempt(self, victim: Sequence) -> None:
         self.running.remove(victim)
-        if self.mgr.has_request(victim.request_id):
-            self.mgr.free_resources(victim.request_id)
+        self._release(victim)
         victim.reset_for_recompute()
         self.waiting.appendleft(victim)
         self.num_preemptions += 1
+
+    def _release(self, seq: Sequence) -> None:
+        """Free the sequence's pages on the target's and the drafter's caches."""
+        if self.mgr.has_request(seq.request_id):
+            self.mgr.free_resources(seq.request_id)
+        if self.drafter is not None:
+            self.drafter.free(seq)
+
+    def _decode_grow(self, seq: Sequence, k: int):
+        """Target, then drafter capacity for one decode with ``k`` drafts, as a retryable grow: once the target
+        holds its slots a retry (after a preemption freed pages) asks the drafter only. Nothing needs undoing:
+        a sequence that cannot grow at all is preempted whole."""
+        reserved = []
+
+        def grow():
+            if not reserved:
+                self.mgr.begin_generation(seq.request_id, num_draft=k)
+                reserved.append(True)
+            if k:
+                self.drafter.begin_decode(seq)
+        return grow
+
+    def _chunk_grow(self, seq: Sequence, start: int, n: int):
+        """A prefill chunk on the target and the drafter (repeating a chunk that fitted before is a no-op)."""
+        def grow():
+            self.mgr.begin_context_chunk(seq.request_id, start, n, seq.prefill_len)
+            if self.drafter is not None:
+                self.drafter.begin_chunk(seq, start, n)
+        return grow
 
     def _grow(self, seq: Sequence, grow, scheduled: set) -> bool:
         """Run ``grow()``; on lack of pages preempt the newest unscheduled running sequence and retry.
@@ -82,6 +120,16 @@ class Scheduler:
             if seq.status is not Status.RUNNING:   # preempted by an earlier grow in this loop
                 continue
             rid = seq.request_id
+            if self.drafter is not None:
+                k = min(self.num_draft, self.max_seq_len - seq.num_tokens)
+                if budget < 1 + k or not self._grow(seq, self._decode_grow(seq, k), scheduled):
+                    continue
+                scheduled.add(rid)
+                seqs.append(seq)
+                items.append(StepItem(rid, [seq.last_token] + [0] * k, seq.num_tokens - 1, decode=True,
+                                      num_logits=1 + k))
+                budget -= 1 + k
+                continue
             try:
                 begin_generation(rid)
             except OutOfPagesError:
@@ -97,11 +145,12 @@ class Scheduler:
                 break
             start = seq.num_computed
             n = int(min(seq.prefill_len - start, budget))
-            grow = lambda s=seq, st=start, k=n: self.mgr.begin_context_chunk(s.request_id, st, k, s.prefill_len)
+            grow = self._chunk_grow(seq, start, n)
             if seq.status is Status.WAITING:
                 try:
                     grow()
                 except OutOfPagesError:
+                    self._release(seq)     # the target may hold it when the drafter's cache was full
                     break                  # keep FCFS order: nothing behind it is admitted either
                 self.waiting.remove(seq)
                 seq.status = Status.RUNNING
@@ -163,6 +212,46 @@ class Scheduler:
                 finished.append(seq)
         return finished
 
+    def draft(self, seqs: list[Sequence], items: list[StepItem]) -> None:
+        """The drafting step: the drafter fills in each verification item's drafts (and feeds its own cache
+        this step's prefill chunks)."""
+        if self.drafter is not None:
+            self.drafter.draft(seqs, items)
+
+    def verify(self, seqs: list[Sequence], items: list[StepItem], tokens: list[int], margins: list[float]):
+        """A speculative step, tokens known: accept each verification's longest matching prefix of drafts and
+        the target's next token, commit both caches (rejected slots rewound), append the tokens up to a stop.
+        Prefill chunks commit as in :meth:`commit`. Returns the sequences that finished."""
+        finished, r = [], 0
+        for seq, item in zip(seqs, items):
+            rid = seq.request_id
+            want, wmargins = tokens[r:r + item.num_logits], margins[r:r + item.num_logits]
+            r += item.num_logits
+            if item.decode:
+                k = item.num_logits - 1
+                a = 0
+                while a < k and item.token_ids[1 + a] == want[a]:
+                    a += 1
+                length = seq.num_tokens
+                self.mgr.end_generation(rid, length + a + 1, num_draft=k, num_accepted=a)
+                if k:
+                    self.drafter.end_decode(seq, length, a)
+                    self.drafter.stats.record(k, a)
+                seq.num_computed = length + a
+                want, wmargins = want[:a + 1], wmargins[:a + 1]
+            else:
+                seq.num_computed = item.start + len(item.token_ids)
+                self.mgr.end_context_chunk(rid, seq.num_computed)
+                self.drafter.end_chunk(seq, seq.num_computed)
+            for tok, margin in zip(want, wmargins):
+                seq.output_token_ids.append(tok)
+                seq.logits_margins.append(margin)
+                if self._check_stop(seq, len(seq.output_token_ids) - 1):
+                    self._retire(seq)
+                    finished.append(seq)
+                    break
+        return finished
+
     def postprocess(self, seqs: list[Sequence], items: list[StepItem], tokens: list[int], margins: list[float]):
         """``commit`` then ``complete``: one step whose tokens are already known. Returns the finished ones."""
         return self.complete(self.commit(seqs, items), tokens, margins)
@@ -174,8 +263,7 @@ class Scheduler:
         elif seq.status is Status.WAITING:      # preempted while its last token was still on the way
             self.waiting.remove(seq)
         seq.status = Status.FINISHED
-        if self.mgr.has_request(seq.request_id):
-            self.mgr.free_resources(seq.request_id)
+        self._release(seq)
 
     def _at_length_limit(self, seq: Sequence, pos: int) -> bool:
         return pos + 1 >= seq.params.max_new_tokens or len(seq.prompt_token_ids) + pos + 1 >= self.max_seq_len

@@ -1,0 +1,42 @@
+"""One memory budget for a target's and a draft model's KV caches (speculative decoding with two managers).
+
+A byte budget (``max_gpu_total_bytes`` and/or ``free_gpu_memory_fraction`` of free memory) is what the user
+gives the engine, not each cache: it is split between target and draft in proportion to their KV bytes per
+token, so both hold the same number of tokens (every sequence needs KV in both, up to the same length). The
+field's bug was each manager claiming the whole budget, twice the memory asked for (TensorRT-LLM PR #12188,
+"both managers independently claim the full max_gpu_total_bytes budget"; fixed by a proportional split of the
+final caches, the estimation cache unchanged). A token budget (``max_tokens`` alone) already means the same
+for both caches and is left as it is.
+"""
+from __future__ import annotations
+
+from .config import KvCacheConfig
+from .errors import ConfigError
+
+
+def _bytes_per_token(spec, cfg: KvCacheConfig) -> int:
+    return (spec if cfg.dtype == "auto" else spec.with_dtype(cfg.dtype)).bytes_per_token()
+
+
+def total_budget_bytes(cfg: KvCacheConfig, free_memory_bytes: int | None) -> int | None:
+    """The byte budget the config sets (the smallest of its byte limits), or None for a token budget only."""
+    out = []
+    if cfg.max_gpu_total_bytes is not None:
+        out.append(cfg.max_gpu_total_bytes)
+    if cfg.free_gpu_memory_fraction is not None or (cfg.max_tokens is None and cfg.max_gpu_total_bytes is None):
+        if free_memory_bytes is None:
+            raise ConfigError("free_memory_bytes", None, "is required to split a free_gpu_memory_fraction budget "
+                                                         "between target and draft caches")
+        out.append(int(cfg.fraction * free_memory_bytes))
+    return min(out) if out else None
+
+
+def split_draft_budget(cfg: KvCacheConfig, target_spec, draft_spec, *,
+                       free_memory_bytes: int | None = None) -> tuple[KvCacheConfig, KvCacheConfig]:
+    """``(target config, draft config)`` whose byte budgets add up to ``cfg``'s."""
+    total = total_budget_bytes(cfg, free_memory_bytes)
+    if total is None:
+        return cfg, cfg
+    bt, bd = _bytes_per_token(target_spec, cfg), _bytes_per_token(draft_spec, cfg)
+    target = total * bt // (bt + bd)
+    return cfg.replace(max_gpu_total_bytes=target), cfg.replace(max_gpu_total_bytes=total - target)
