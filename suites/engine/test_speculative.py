@@ -130,6 +130,17 @@ def test_preemption_with_drafts_in_flight(target, prompts, reference, tv, dv, gr
     _all_pages_back(llm)
 
 
+@pytest.mark.parametrize("tv,dv", [("v1", "v2"), ("v2", "v1")])
+def test_preemption_when_the_draft_cache_runs_out(target, prompts, reference, tv, dv, greedy_parity):
+    """A roomy target cache and a small draft cache: the target's slots are already reserved when the draft's
+    grow fails, so the scheduler preempts with drafts in flight and retries the draft's grow alone."""
+    draft_cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=96, dtype="float32")
+    llm = spec(target, truncated_drafter(target, 2), 4, tv, dv, draft_kv_cache_config=draft_cfg)
+    _check(greedy_parity, reference, llm.generate(prompts, PARAMS), prompts, ("target", "spec_small_draft"))
+    assert llm.last_scheduler.num_preemptions > 0, "the draft cache was meant to force preemption"
+    _all_pages_back(llm)
+
+
 @pytest.mark.parametrize("drafter", ["model", "ngram"])
 def test_chunked_prefill_beside_verification(target, prompts, reference, kvcm_version, drafter, greedy_parity):
     """A token budget of 12: long prompts prefill in chunks (on the draft cache too) in the same steps as
