@@ -50,7 +50,7 @@ def test_engine_caches_share_the_budget():
     """The engine's own target and draft managers (a 4-layer tiny model and its 2-layer drafter) together
     stay inside ``max_gpu_total_bytes``."""
     from kvcm.engine import LLM
-    from kvcm.engine.models import tiny_model, truncated_drafter
+    from kvcm.models import tiny_model, truncated_drafter
     model = tiny_model("llama", num_hidden_layers=4)[0]
     budget = 1 << 20
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_gpu_total_bytes=budget, dtype="float32")
