@@ -7,6 +7,8 @@ import argparse
 import sys
 
 PLUGIN_COMMANDS = ("sensitivity", "dashboard")
+DESCRIPTION = ("Reference KV cache managers. 'kvcm plan' sizes a model's KV cache on paper; 'kvcm sensitivity' "
+               "and 'kvcm dashboard' come with the pytest plugin (pytest-kvcm). 'kvcm COMMAND --help' for each.")
 
 
 def _plugin_command(argv: list[str]) -> int:
@@ -25,7 +27,7 @@ def main(argv=None) -> int:
         return _plugin_command(argv)
     from . import plan
 
-    parser = argparse.ArgumentParser(prog="kvcm", description=__doc__)
+    parser = argparse.ArgumentParser(prog="kvcm", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     plan.add_arguments(sub.add_parser("plan", help="size a model's KV cache: pools, constraints, warmup plan"))
     for name in PLUGIN_COMMANDS:

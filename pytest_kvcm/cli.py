@@ -15,10 +15,11 @@ import sys
 def _sensitivity_parser(prog: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description="Run a lane once per registered defect; fail if one is "
                                  "missed.")
-    ap.add_argument("--lane", default="l0_cpu")
-    ap.add_argument("--defect", action="append", default=None, help="only these defects (repeatable)")
-    ap.add_argument("--pytest-args", default="", help="extra arguments for every pytest run")
-    ap.add_argument("--json", default=None, help="also write the table as JSON to this file")
+    ap.add_argument("--lane", default="l0_cpu", help="the lane (ci/LANE.yml) to run (default: l0_cpu)")
+    ap.add_argument("--defect", action="append", default=None,
+                    help="only these defects (repeatable; default: every registered one)")
+    ap.add_argument("--pytest-args", default="", help="extra arguments for every pytest run (default: none)")
+    ap.add_argument("--json", default=None, help="also write the table as JSON to this file (default: no file)")
     return ap
 
 
@@ -27,8 +28,9 @@ def main(argv: list[str] | None = None, prog: str = "pytest-kvcm") -> int:
     commands = {"sensitivity": "run the lane once per registered defect; fail if one is missed",
                 "dashboard": "render the accuracy dashboard from the results store"}
     if not argv or argv[0] not in commands:
-        ap = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+        ap = argparse.ArgumentParser(prog=prog, description="The pytest plugin's own tools: 'sensitivity' runs a "
+                                     "lane once clean and once per registered defect and fails if one goes "
+                                     "uncaught; 'dashboard' renders the results store as one HTML file.")
         sub = ap.add_subparsers(dest="command", required=True)
         for name, text in commands.items():
             sub.add_parser(name, help=text, add_help=False)

@@ -58,6 +58,43 @@ def run_lane(lane: str, defect: str | None, extra: list[str], workdir: Path) -> 
             "seconds": round(time.monotonic() - start, 1), "tail": proc.stdout[-3000:] + proc.stderr[-2000:]}
 
 
+class Progress:
+    """One line per finished run on stderr (a tqdm bar on a terminal): a lane run takes minutes, CI logs too."""
+
+    def __init__(self, total: int, lane: str):
+        self.total, self.count, self.bar = total, 0, None
+        if sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=f"sensitivity {lane}", unit="run", file=sys.stderr)
+            except ImportError:  # progress is a nicety, never a requirement
+                pass
+        self._say(f"sensitivity: {total} runs of lane {lane} (clean, then one per defect), one at a time")
+
+    def _say(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def done(self, run: dict) -> dict:
+        self.count += 1
+        what = run["defect"] or "clean run"
+        result = f"{len(run['caught_by'])} failed" if run["caught_by"] else "nothing failed"
+        self._say(f"[{self.count}/{self.total}] {what}: {run['tests']} tests, {result} ({run['seconds']} s)")
+        if self.bar is not None:
+            self.bar.update(1)
+        return run
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+
+
 def main(args) -> int:
     registry = registered_defects()
     names = args.defect or list(registry)
@@ -68,24 +105,25 @@ def main(args) -> int:
     extra = shlex.split(args.pytest_args) if args.pytest_args else []
     jobs = int(os.environ.get("KVCM_SENSITIVITY_JOBS", "1"))
     with tempfile.TemporaryDirectory(prefix="kvcm-sensitivity-") as tmp:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            runs = list(pool.map(lambda d: run_lane(args.lane, d, extra, Path(tmp)), [None, *names]))
+        with ThreadPoolExecutor(max_workers=jobs) as pool, Progress(1 + len(names), args.lane) as progress:
+            runs = list(pool.map(lambda d: progress.done(run_lane(args.lane, d, extra, Path(tmp))), [None, *names]))
     clean, defects = runs[0], runs[1:]
     ok = clean["returncode"] == 0 and not clean["caught_by"]
     print(f"clean run of lane {args.lane}: {clean['tests']} tests, {len(clean['caught_by'])} failed, "
           f"exit {clean['returncode']} ({clean['seconds']} s)")
     if not ok:
         print(clean["tail"])
-    print(f"\n{'defect':<36}{'caught':>8}  tests that caught it")
+    print("\ndefect: what it was\n    the tests that caught it")
     for run in defects:
         caught = run["caught_by"]
         ok &= bool(caught)
         story = registry[run["defect"]]
-        print(f"{run['defect']:<36}{len(caught):>8}  {story}")
+        verdict = f"caught by {len(caught)} test(s)" if caught else "UNCAUGHT"
+        print(f"\n{run['defect']} ({verdict}, {run['seconds']} s): {story}")
         for test in caught:
-            print(f"{'':<46}{test}")
+            print(f"    {test}")
         if not caught:
-            print(f"{'':<46}UNCAUGHT (exit {run['returncode']}, {run['tests']} tests ran)")
+            print(f"    no test failed (exit {run['returncode']}, {run['tests']} tests ran)")
     if args.json:
         Path(args.json).write_text(json.dumps({"clean": clean, "defects": defects}, indent=2))
     print("\nsensitivity: " + ("every defect caught" if ok else "FAILED: a defect went uncaught or the clean run failed"))

@@ -230,14 +230,16 @@ def evaluate_gsm8k(
     batch_size: int = 16,
     chat_tokenizer=None,
     fewshot_seed: int = FEWSHOT_SEED,
-    progress: bool | None = None,
+    progress=None,
 ) -> GSM8KResult:
     """Score ``generate_fn(prompts: list[str]) -> list[str]`` on GSM8K.
 
     ``dataset``: a ``GSM8KData`` (its train split gives the shots), or the test rows (``datasets.Dataset`` or
     a list of dicts) with ``fewshot`` the train rows. ``generate_fn`` gets ``max_new_tokens=`` and ``stop=``
     when its signature takes them; completions are cut at the stop strings here anyway. ``chat_tokenizer``
-    switches to the chat-template prompt. A tqdm bar shows on runs of more than one batch.
+    switches to the chat-template prompt. A tqdm bar shows on runs of more than one batch (``progress`` True or
+    False forces it on or off); ``progress`` may also be a tqdm-like bar to advance by one a question (the
+    ``kvcm_progress`` fixture makes bars that show while pytest captures output).
     """
     source = ""
     if isinstance(dataset, GSM8KData):
@@ -267,6 +269,8 @@ def evaluate_gsm8k(
     batches = [range(i, min(i + batch_size, len(prompts))) for i in range(0, len(prompts), batch_size)]
     show = len(batches) > 1 if progress is None else progress
     bar = None
+    if show is not None and not isinstance(show, bool):
+        bar, show = show, False  # the caller's bar: advanced here, closed by the caller
     if show:
         try:
             from tqdm.auto import tqdm
@@ -282,7 +286,7 @@ def evaluate_gsm8k(
         completions += [truncate_at_stop(o) for o in outs]
         if bar is not None:
             bar.update(len(b))
-    if bar is not None:
+    if bar is not None and bar is not progress:
         bar.close()
 
     samples = [Sample(r["question"], target_answer(r["answer"]), c, extract_answer(c, "strict"),

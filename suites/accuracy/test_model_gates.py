@@ -65,10 +65,15 @@ def kvcm_fn(model, tok, version):
     return kvcm_generate_fn(llm, tok)
 
 
-def both_versions(model, tok, data, limit):
-    return {v: evaluate_gsm8k(kvcm_fn(model, tok, v), data, limit=limit, batch_size=16,
-                              max_new_tokens=SMOKE_NEW_TOKENS, progress=False)
-            for v in ("v1", "v2")}
+def both_versions(model, tok, data, limit, progress):
+    """V1 then V2 on the first ``limit`` questions; ``progress`` (the kvcm_progress fixture) shows the minutes pass."""
+    bar = progress(total=2 * limit, desc=f"{data.source or 'gsm8k'} V1 and V2", unit="q")
+    results = {}
+    for v in ("v1", "v2"):
+        bar.set_postfix_str(v)
+        results[v] = evaluate_gsm8k(kvcm_fn(model, tok, v), data, limit=limit, batch_size=16,
+                                    max_new_tokens=SMOKE_NEW_TOKENS, progress=bar)
+    return results
 
 
 def assert_identical(results):
@@ -92,9 +97,9 @@ def test_gsm8k_gate(gsm8k, version, pytestconfig, request):
     gsm8k(kvcm_fn(model, tok, version), model=MODEL, spec=SPEC, kvcm_version=version)
 
 
-def test_v1_v2_identical_scores_embedded_smoke(smollm2, kvcm_results):
+def test_v1_v2_identical_scores_embedded_smoke(smollm2, kvcm_results, kvcm_progress):
     model, tok = smollm2
-    results = both_versions(model, tok, load_gsm8k(), SLICE)
+    results = both_versions(model, tok, load_gsm8k(), SLICE, kvcm_progress)
     assert_identical(results)
     gate = AccuracyGate("smoke", reference_dir=ROOT / "ci" / "references", record=kvcm_results.record)
     for version, r in results.items():
@@ -103,11 +108,11 @@ def test_v1_v2_identical_scores_embedded_smoke(smollm2, kvcm_results):
 
 
 @pytest.mark.skipif(not (REAL / "test.jsonl").is_file(), reason=f"real GSM8K not present at {REAL}")
-def test_v1_v2_identical_scores_real_gsm8k_slice(smollm2, kvcm_results, request):
+def test_v1_v2_identical_scores_real_gsm8k_slice(smollm2, kvcm_results, kvcm_progress, request):
     """A slice of real questions. Until ``gsm8k.yaml`` has a SmolLM2 entry the gate runs in measure mode: the scores
     are recorded and the entry to paste is printed; V1 == V2 is asserted either way."""
     model, tok = smollm2
-    results = both_versions(model, tok, load_gsm8k(REAL), SLICE)
+    results = both_versions(model, tok, load_gsm8k(REAL), SLICE, kvcm_progress)
     assert_identical(results)
     try:
         lookup_reference("gsm8k", MODEL, SPEC, reference_dir=ROOT / "ci" / "references")
@@ -140,13 +145,14 @@ def hf_smollm2():
     return model, tok
 
 
-def test_hf_baseline_is_batch_invariant_and_scores(hf_smollm2):
+def test_hf_baseline_is_batch_invariant_and_scores(hf_smollm2, kvcm_progress):
     """Left padding must not change greedy output: 4 questions in one batch == one at a time."""
     model, tok = hf_smollm2
     data = load_gsm8k()
     fn = hf_generate_fn(model, tok)
-    batched = evaluate_gsm8k(fn, data, limit=4, batch_size=4, max_new_tokens=48, progress=False)
-    single = evaluate_gsm8k(fn, data, limit=4, batch_size=1, max_new_tokens=48, progress=False)
+    bar = kvcm_progress(total=8, desc="HF generate, batched then one at a time", unit="q")
+    batched = evaluate_gsm8k(fn, data, limit=4, batch_size=4, max_new_tokens=48, progress=bar)
+    single = evaluate_gsm8k(fn, data, limit=4, batch_size=1, max_new_tokens=48, progress=bar)
     assert [s.completion for s in batched.samples] == [s.completion for s in single.samples]
     assert all(s.completion.strip() for s in batched.samples)
     assert all("Question:" not in s.completion for s in batched.samples)
