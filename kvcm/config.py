@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
+from pydantic import AfterValidator, Field
 
 from .errors import ConfigError
+from .validation import Int, Number, config_dataclass
 
 _DTYPES = {
     "bfloat16": torch.bfloat16,
@@ -73,46 +76,39 @@ class BatchDesc:
         return len(self.kv_caches)
 
 
-@dataclass(frozen=True)
+def _power_of_two(tpb: int) -> int:
+    if tpb & (tpb - 1):
+        raise ValueError("not a power of two")
+    return tpb
+
+
+def _kv_dtype(value):
+    if value != "auto":
+        resolve_dtype(value)
+    return value
+
+
+@config_dataclass
 class KvCacheConfig:
     """How big the cache is and how it is split (TensorRT-LLM's KvCacheConfig names).
 
     Budget: ``max_gpu_total_bytes``, ``max_tokens`` or ``free_gpu_memory_fraction`` of free memory; when several
     are given the smallest wins; with none, the fraction defaults to 0.9. ``dtype`` is the KV dtype of every
-    attention layer; ``"auto"`` keeps each layer's dtype from the model spec.
+    attention layer; ``"auto"`` keeps each layer's dtype from the model spec. Each field's limit is declared
+    with it (``kvcm.validation``); a bad value raises ``ConfigError``.
     """
 
-    tokens_per_block: int = 32
-    max_tokens: int | None = None
-    max_gpu_total_bytes: int | None = None
-    free_gpu_memory_fraction: float | None = None
-    pool_ratio: tuple[float, ...] | None = None
-    avg_seq_len: int | None = None
-    dtype: str = "bfloat16"
+    tokens_per_block: Annotated[Int, Field(ge=1), AfterValidator(_power_of_two)] = Field(
+        32, description="must be a positive integer and a power of two")
+    max_tokens: Annotated[Int, Field(ge=1)] | None = None
+    max_gpu_total_bytes: Annotated[Int, Field(ge=1)] | None = None
+    free_gpu_memory_fraction: Annotated[Number, Field(gt=0, lt=1)] | None = Field(None, description="must be in (0, 1)")
+    pool_ratio: Annotated[tuple[Annotated[Number, Field(gt=0)], ...], Field(min_length=1)] | None = Field(
+        None, description="needs one positive weight per layer group")
+    avg_seq_len: Annotated[Int, Field(ge=1)] | None = None
+    dtype: Annotated[object, AfterValidator(_kv_dtype)] = "bfloat16"
 
     DEFAULT_FRACTION = 0.9
-
-    def __post_init__(self):
-        if not isinstance(self.tokens_per_block, int) or self.tokens_per_block < 1:
-            raise ConfigError("tokens_per_block", self.tokens_per_block, "must be a positive integer")
-        if self.tokens_per_block & (self.tokens_per_block - 1):
-            raise ConfigError("tokens_per_block", self.tokens_per_block, "must be a power of two")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ConfigError("max_tokens", self.max_tokens, "must be >= 1")
-        if self.max_gpu_total_bytes is not None and self.max_gpu_total_bytes < 1:
-            raise ConfigError("max_gpu_total_bytes", self.max_gpu_total_bytes, "must be >= 1")
-        f = self.free_gpu_memory_fraction
-        if f is not None and not 0.0 < f < 1.0:
-            raise ConfigError("free_gpu_memory_fraction", f, "must be in (0, 1)")
-        if self.pool_ratio is not None:
-            ratio = tuple(float(r) for r in self.pool_ratio)
-            if not ratio or any(not r > 0 for r in ratio):
-                raise ConfigError("pool_ratio", self.pool_ratio, "needs one positive weight per layer group")
-            object.__setattr__(self, "pool_ratio", ratio)
-        if self.avg_seq_len is not None and self.avg_seq_len < 1:
-            raise ConfigError("avg_seq_len", self.avg_seq_len, "must be >= 1")
-        if self.dtype != "auto":
-            resolve_dtype(self.dtype)
 
     @property
     def fraction(self) -> float:

@@ -12,15 +12,17 @@ estimation pool past its budget (SEMANTICS 6).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 import torch
+from pydantic import BeforeValidator, Field
 
 from .config import BatchDesc, KVCacheDesc, KvCacheConfig
 from .constraints import NamedConstraint
 from .errors import ConfigError
 from .manager_v2 import KVCacheManagerV2
-from .model_spec import LayerSpec, ModelSpec
+from .model_spec import LayerSpec, ModelSpec, PositiveInt
+from .validation import _integer, config_dataclass
 
 
 def _flash_compress_ratios() -> tuple[int, ...]:
@@ -28,26 +30,21 @@ def _flash_compress_ratios() -> tuple[int, ...]:
     return (128, 128) + tuple(4 if i % 2 else 128 for i in range(41))
 
 
-@dataclass(frozen=True)
+Ratio = Annotated[Literal[1, 4, 128], BeforeValidator(_integer)]
+
+
+@config_dataclass
 class DeepseekV4Spec:
     """The cache-relevant shape of a DeepSeek-V4 model; defaults are DeepSeek-V4-Flash's published config
     (transformers' ``DeepseekV4Config``: 43 layers, one 512-wide latent KV head, window 128, indexer head 128)."""
 
-    compress_ratios: tuple[int, ...] = field(default_factory=_flash_compress_ratios)
-    window_size: int = 128
-    head_dim: int = 512
-    index_head_dim: int = 128
-    max_position_embeddings: int = 1048576
+    compress_ratios: Annotated[tuple[Ratio, ...], Field(min_length=1)] = Field(
+        default_factory=_flash_compress_ratios, description="each ratio must be one of 1, 4, 128")
+    window_size: PositiveInt = 128
+    head_dim: PositiveInt = 512
+    index_head_dim: PositiveInt = 128
+    max_position_embeddings: PositiveInt = 1048576
     name: str = "DeepSeek-V4-Flash"
-
-    def __post_init__(self):
-        object.__setattr__(self, "compress_ratios", tuple(int(r) for r in self.compress_ratios))
-        bad = [r for r in self.compress_ratios if r not in (1, 4, 128)]
-        if bad or not self.compress_ratios:
-            raise ConfigError("compress_ratios", bad or self.compress_ratios, "each ratio must be one of 1, 4, 128")
-        for name in ("window_size", "head_dim", "index_head_dim"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, getattr(self, name), "must be >= 1")
 
     @classmethod
     def from_hf_config(cls, config) -> "DeepseekV4Spec":

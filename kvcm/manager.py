@@ -50,6 +50,11 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
     return None
 
 
+MAX_BATCH_SIZE = 1 << 16
+"""The largest ``max_batch_size`` a manager accepts: constraints and warmup hold one entry per request, so a
+batch size far beyond any engine's (TensorRT-LLM defaults to 2048) would take minutes before failing."""
+
+
 class BaseKVCacheManager:
     version = "base"
 
@@ -57,15 +62,23 @@ class BaseKVCacheManager:
                  max_seq_len: int, max_num_tokens: int | None = None, max_draft_len: int = 0,
                  num_extra_kv_tokens: int = 0, device: str | torch.device = "meta",
                  free_memory_bytes: int | None = None):
+        if not isinstance(model, ModelSpec):
+            raise ConfigError("model", type(model).__name__, "must be a kvcm.ModelSpec (or a DeepseekV4Spec through "
+                              "create_kv_cache_manager); build one with ModelSpec.from_hf_config")
+        if kv_cache_config is not None and not isinstance(kv_cache_config, KvCacheConfig):
+            raise ConfigError("kv_cache_config", type(kv_cache_config).__name__, "must be a kvcm.KvCacheConfig or None")
         cfg = kv_cache_config or KvCacheConfig()
-        for name, value, low in (("max_batch_size", max_batch_size, 1), ("max_seq_len", max_seq_len, 1),
-                                 ("max_draft_len", max_draft_len, 0), ("num_extra_kv_tokens", num_extra_kv_tokens, 0)):
-            if not isinstance(value, int) or value < low:
-                raise ConfigError(name, value, f"must be an integer >= {low}")
-        if max_num_tokens is not None and (not isinstance(max_num_tokens, int) or max_num_tokens < 1):
-            raise ConfigError("max_num_tokens", max_num_tokens, "must be an integer >= 1 or None")
-        if free_memory_bytes is not None and free_memory_bytes < 0:
-            raise ConfigError("free_memory_bytes", free_memory_bytes, "must be >= 0")
+        max_batch_size = validation.count("max_batch_size", max_batch_size, 1, MAX_BATCH_SIZE, "kvcm.MAX_BATCH_SIZE: "
+                                          "batch descriptions and warmup hold one entry per request")
+        max_seq_len = validation.count("max_seq_len", max_seq_len, 1)
+        max_draft_len = validation.count("max_draft_len", max_draft_len)
+        num_extra_kv_tokens = validation.count("num_extra_kv_tokens", num_extra_kv_tokens)
+        max_num_tokens = validation.optional_count("max_num_tokens", max_num_tokens, 1)
+        free_memory_bytes = validation.optional_count("free_memory_bytes", free_memory_bytes)
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ConfigError("device", device, f"must be a torch device ('meta', 'cpu', 'cuda:0'): {exc}") from None
         self.model = model if cfg.dtype == "auto" else model.with_dtype(cfg.dtype)
         self.kv_cache_config = cfg
         self.tokens_per_block = cfg.tokens_per_block

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
+from typing import Annotated, Literal
 
 import torch
+from pydantic import BeforeValidator, Field, Strict
 
 from .config import dtype_bytes, resolve_dtype
 from .errors import ConfigError
+from .validation import Int, config_dataclass
 
 
-@dataclass(frozen=True)
+def _layer_dtype(value) -> torch.dtype:
+    return resolve_dtype(value, "LayerSpec.dtype")
+
+
+PositiveInt = Annotated[Int, Field(ge=1)]
+Flag = Annotated[bool, Strict()]
+
+
+@config_dataclass
 class LayerSpec:
     """One attention layer's KV: heads x head_dim per token, or one MLA latent of ``kv_lora_rank + rope`` width.
 
@@ -18,26 +29,17 @@ class LayerSpec:
     ``role`` names what the layer stores (plain ``KV`` for ordinary models, DeepSeek-V4 role names otherwise).
     """
 
-    num_kv_heads: int
-    head_dim: int
-    dtype: torch.dtype = torch.bfloat16
-    sliding_window: int | None = None
-    sink_tokens: int = 0
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int | None = None
-    compress_ratio: int = 1
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    dtype: Annotated[torch.dtype, BeforeValidator(_layer_dtype)] = torch.bfloat16
+    sliding_window: PositiveInt | None = Field(None, description="must be >= 1 or None")
+    sink_tokens: Annotated[Int, Field(ge=0)] = 0
+    kv_lora_rank: PositiveInt | None = None
+    qk_rope_head_dim: Annotated[Int, Field(ge=0)] | None = None
+    compress_ratio: PositiveInt = 1
     role: str = "KV"
-    model_layer: int | None = None
-    fixed_dtype: bool = False  # keeps its dtype when the cache config sets one (V4's fp32 compressor states)
-
-    def __post_init__(self):
-        object.__setattr__(self, "dtype", resolve_dtype(self.dtype, "LayerSpec.dtype"))
-        if self.num_kv_heads < 1:
-            raise ConfigError("num_kv_heads", self.num_kv_heads, "must be >= 1")
-        if self.head_dim < 1:
-            raise ConfigError("head_dim", self.head_dim, "must be >= 1")
-        if self.sliding_window is not None and self.sliding_window < 1:
-            raise ConfigError("sliding_window", self.sliding_window, "must be >= 1 or None")
+    model_layer: Annotated[Int, Field(ge=0)] | None = None
+    fixed_dtype: Flag = False  # keeps its dtype when the cache config sets one (V4's fp32 compressor states)
 
     @property
     def is_mla(self) -> bool:
@@ -74,25 +76,19 @@ class LayerSpec:
         return (self.kv_factor, tokens_per_block // self.compress_ratio, heads, dim)
 
 
-@dataclass(frozen=True)
+@config_dataclass
 class ModelSpec:
     """The attention layers of a model, in layer order.
 
     ``preferred_manager`` is the model's declared manager version for ``create_kv_cache_manager('auto', ...)``.
     """
 
-    layers: tuple[LayerSpec, ...]
+    layers: Annotated[tuple[LayerSpec, ...], Field(min_length=1)] = Field(
+        description="a model needs at least one attention layer (a tuple of LayerSpec)")
     name: str = "model"
-    max_position_embeddings: int | None = None
-    preferred_manager: str | None = None
+    max_position_embeddings: PositiveInt | None = None
+    preferred_manager: Literal["v1", "v2"] | None = Field(None, description="one of None, 'v1', 'v2'")
     extra: dict = field(default_factory=dict, compare=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "layers", tuple(self.layers))
-        if not self.layers:
-            raise ConfigError("layers", 0, "a model needs at least one attention layer")
-        if self.preferred_manager not in (None, "v1", "v2"):
-            raise ConfigError("preferred_manager", self.preferred_manager, "one of None, 'v1', 'v2'")
 
     @property
     def num_layers(self) -> int:

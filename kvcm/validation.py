@@ -1,16 +1,27 @@
-"""Argument checks at the manager API boundary: every bad value becomes a ``ConfigError`` before any state moves.
+"""The Python API's input checks: every bad value becomes a ``ConfigError`` naming field, value and limit.
 
-A manager operation either completes or raises with the manager exactly as it was; checking every argument
-first is what makes the "nothing changed" half cheap. The checks here run on the per-step hot paths
-(``begin_generation``, ``resize``), so the common case (a plain ``int`` in range) is one type test and one
-comparison; only a value that fails it pays for the slower explanation.
+Two kinds of boundary, two tools:
+
+* Config objects (``KvCacheConfig``, ``LayerSpec``, ``ModelSpec``, ``DeepseekV4Spec``) are pydantic dataclasses
+  made by ``config_dataclass``: each field declares its type and limits once, in its annotation, and pydantic's
+  errors are turned into ``ConfigError``. Unknown fields, bools for counts, strings for numbers, NaN and
+  infinity are rejected.
+* Manager operations run every engine step, so they use the small functions below: the common case (a plain
+  ``int`` in range) is one type test and one comparison; only a value that fails pays for the explanation.
+  Every operation checks its whole call before it changes anything, which is half of being all-or-nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import operator
 from collections.abc import Hashable, Iterable
+from typing import Annotated
+
+import pydantic
+from pydantic import BeforeValidator, Field
 
 from .errors import ConfigError
 
@@ -32,7 +43,7 @@ def count(field: str, value, low: int = 0, high: int | None = None, why: str = "
     if value < low or (high is not None and value > high):
         if high is None:
             raise ConfigError(field, value, f"must be >= {low}")
-        raise ConfigError(field, value, f"must be in [{low}, {high}]" + (f" ({why})" if why else ""))
+        raise ConfigError(field, value, f"must be >= {low} and <= {high}" + (f" ({why})" if why else ""))
     return value
 
 
@@ -84,3 +95,74 @@ def request_id_list(field: str, values) -> list:
         dup = next(v for v in out if v in seen or seen.add(v))
         raise ConfigError(field, dup, "must be distinct; this id appears twice")
     return out
+
+
+# ---- config dataclasses (pydantic) -----------------------------------------------------------------------------
+def _integer(value):
+    return _as_int("value", value)
+
+
+def _number(value):
+    if isinstance(value, (bool, str, bytes)):
+        raise ConfigError("value", value, f"must be a number, not {type(value).__name__}")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_integer)]
+"""An integer field: ints and integer scalars (numpy, torch) pass; bools, floats and strings do not."""
+Number = Annotated[float, BeforeValidator(_number), Field(allow_inf_nan=False)]
+"""A finite real field; bools and strings are not numbers."""
+
+_CONFIG = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+def _limit_text(err: dict, field_info) -> str:
+    """The limit a pydantic error stands for, in this project's words."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if field_info is not None and field_info.description and kind not in ("missing_argument",
+                                                                        "unexpected_keyword_argument"):
+        return field_info.description
+    words = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+    if kind in words:
+        return f"must be {words[kind]} {next(iter(ctx.values()))}"
+    if kind == "finite_number":
+        return "must be a finite number"
+    if kind == "missing_argument":
+        return "is required"
+    return err["msg"][0].lower() + err["msg"][1:]
+
+
+def _translate(cls, exc: pydantic.ValidationError, given: dict) -> ConfigError:
+    err = exc.errors(include_url=False)[0]
+    cause = (err.get("ctx") or {}).get("error")
+    loc = err["loc"]
+    fields = [f.name for f in dataclasses.fields(cls)]
+    name = cls.__name__ if not loc else fields[loc[0]] if isinstance(loc[0], int) else str(loc[0])
+    if err["type"] == "unexpected_keyword_argument":
+        return ConfigError(f"{cls.__name__}.{name}", err["input"], f"is not a field; the fields are {', '.join(fields)}")
+    if err["type"] == "unexpected_positional_argument":
+        return ConfigError(cls.__name__, err["input"], f"takes at most {len(fields)} positional arguments")
+    value = given.get(name, err.get("input"))
+    if isinstance(cause, ConfigError):
+        if cause.field != "value":  # a check that names its own field (a cross-field limit, resolve_dtype)
+            return cause
+        return ConfigError(name, value, cause.limit)
+    info = cls.__pydantic_fields__.get(name)
+    return ConfigError(name, value, _limit_text(err, info))
+
+
+def config_dataclass(cls):
+    """A frozen pydantic dataclass whose bad inputs raise ``ConfigError`` (the first error, field by name)."""
+    cls = pydantic.dataclasses.dataclass(frozen=True, config=_CONFIG)(cls)
+    init = cls.__init__
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except pydantic.ValidationError as exc:
+            raise _translate(cls, exc, dict(zip(names, args)) | kwargs) from None
+
+    cls.__init__ = __init__
+    return cls
