@@ -66,8 +66,10 @@ class StepPipeline:
         self.overlap = overlap and llm.max_draft_len == 0
         self.cuda = llm.device.type == "cuda"
         rows = llm.runner.last_tokens.numel()
-        # two host buffers for the tokens: step n + 1's copy must not overwrite step n's before it is read
-        self._host = [torch.zeros((2, rows), dtype=torch.float64, pin_memory=True) for _ in range(2)] \
+        # two pinned host buffers for the tokens: step n + 1's copy must not overwrite step n's before it is
+        # read. Flat, so a step's [2, k] view is contiguous: a copy into a strided view goes through a pageable
+        # temporary, which waits for the GPU.
+        self._host = [torch.zeros(2 * rows, dtype=torch.float64, pin_memory=True) for _ in range(2)] \
             if self.cuda else None
         self._turn = 0
         self.num_launched_ahead = 0      # steps launched before the previous one completed
@@ -101,7 +103,7 @@ class StepPipeline:
             k = packed.shape[1]
         runner.publish(packed, k)
         if self.cuda:
-            host = self._host[self._turn][:, :k]
+            host = self._host[self._turn][:2 * k].view(2, k)
             self._turn ^= 1
             host.copy_(packed[:, :k], non_blocking=True)
             ready = torch.cuda.Event()

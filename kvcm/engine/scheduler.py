@@ -178,21 +178,23 @@ class Scheduler:
         retired now (its pages freed); the stop reason is decided by :meth:`complete`. Returns the
         ``(sequence, output position)`` of each logit row, in row order."""
         pending = []
+        end_generation, nan = self.mgr.end_generation, float("nan")
         for seq, item in zip(seqs, items):
-            rid = seq.request_id
+            out = seq.output_token_ids
             if item.decode:
-                seq.output_token_ids.append(placeholder(len(pending)))
-                self.mgr.end_generation(rid, seq.num_tokens)
-                seq.num_computed = seq.num_tokens - 1
+                out.append(placeholder(len(pending)))
+                num_tokens = len(seq.prompt_token_ids) + len(out)
+                end_generation(seq.request_id, num_tokens)
+                seq.num_computed = num_tokens - 1
             else:
                 seq.num_computed = item.start + len(item.token_ids)
-                self.mgr.end_context_chunk(rid, seq.num_computed)
+                self.mgr.end_context_chunk(seq.request_id, seq.num_computed)
                 if not item.want_logits:
                     continue
-                seq.output_token_ids.append(placeholder(len(pending)))
-            seq.logits_margins.append(float("nan"))
-            pending.append((seq, len(seq.output_token_ids) - 1))
-            if self._at_length_limit(seq, len(seq.output_token_ids) - 1):
+                out.append(placeholder(len(pending)))
+            seq.logits_margins.append(nan)
+            pending.append((seq, len(out) - 1))
+            if self._at_length_limit(seq, len(out) - 1):
                 self._retire(seq)
         return pending
 
