@@ -165,9 +165,11 @@ class KVCacheManagerV2(BaseKVCacheManager):
     # ---- queries --------------------------------------------------------------------------------------------
     def get_num_available_tokens(self, *, token_num_upper_bound: int, batch_size: int = 1,
                                  max_num_draft_tokens: int = 0) -> int:
-        """``clamp(batch_size, upper_bound + extra) - extra`` with ``extra = E + drafts`` (SEMANTICS 4.2).
+        """``clamp(batch_size, upper_bound + extra) - extra`` with ``extra = E + drafts`` (docs/semantics.md 4.2).
 
-        The answer is the bound itself or a multiple of tpb less ``extra``: exactly a page boundary.
+        The answer is the bound itself or a multiple of tpb less ``extra``: exactly a page boundary. Like
+        TensorRT-LLM it sizes an otherwise empty cache: requests held besides warmup's short dummies are not
+        taken away.
         """
         token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
         batch_size = validation.count("batch_size", batch_size, 1)
@@ -179,9 +181,15 @@ class KVCacheManagerV2(BaseKVCacheManager):
         return max(0, result)
 
     def _clamp(self, batch_size: int, upper: int, extra: int) -> int:
-        """Largest capacity one more request can take after ``batch_size - 1`` one-token requests."""
+        """Largest capacity the last of ``batch_size`` requests can take when the other ``batch_size - 1`` hold
+        one token each (TensorRT-LLM's ``clamp_max_seq_len_for_mem``, docs/semantics.md 4.2).
+
+        It starts from each pool's *total* blocks, not its free ones: warmup holds its ``bs - 1`` short dummies
+        before it asks, and counting their blocks from the free ones as well took them away twice.
+        """
         tpb = self.tokens_per_block
-        avail = [pool.num_free - (batch_size - 1) for pool in self.pools]
+        shorts = batch_size - 1
+        avail = [g.num_blocks - g.blocks_needed(1, 1, tpb) * shorts for g in self.layer_groups]
         if any(a < 1 for a in avail):
             return 0
 

@@ -1,9 +1,15 @@
-"""CUDA-graph warmup planning on a manager alone (SEMANTICS 7).
+"""CUDA-graph warmup planning on a manager alone (docs/semantics.md 7).
 
 For every planned (batch size, draft length) shape, make the dummies a graph capture would run on: ``bs - 1``
 short generation dummies, then one long one sized by the manager's own ``get_num_available_tokens``. A shape
 whose dummies do not fit is *skipped*, and a skipped shape is a batch size that later runs uncaptured: this is
 how the historic one-token-too-large generation dummy showed up. The report's goal is zero skipped.
+
+``get_num_available_tokens`` sizes an otherwise empty cache in which the ``bs - 1`` others hold one block each
+(TensorRT-LLM's ``clamp_max_seq_len_for_mem``). Where the cache holds more than that (short dummies of
+``1 + D + E + K`` tokens wider than a block, an engine's padding request), the long dummy is also capped by the
+free blocks: a deliberate difference from TensorRT-LLM, whose warmup would fail that shape (docs/semantics.md,
+deviations).
 """
 
 from __future__ import annotations
@@ -94,8 +100,8 @@ def plan_warmup(manager, *, batch_sizes=None, draft_lens=None, two_model: bool =
                                           f"{free_before} free blocks"))
             continue
         available = manager.get_num_available_tokens(token_num_upper_bound=s, batch_size=bs, max_num_draft_tokens=k)
-        token_num = max(1, min(available, s - 1 - e - k))
         free_now = manager.get_num_free_blocks()
+        token_num = max(1, min(available, s - 1 - e - k, free_now * tpb - e - k))
         longest = manager.add_dummy_requests(ids[-1:], token_nums=[token_num], is_gen=True, max_num_draft_tokens=dl,
                                              kv_reserve_draft_tokens=k)
         try:

@@ -1,7 +1,7 @@
 """The page-boundary check: the contract every KV cache manager must keep with CUDA-graph warmup.
 
 Query the available tokens, allocate a generation dummy of exactly that size, and it must fit, with its
-capacity on the page boundary, for every draft length. A manager under test (yours or kvcm's) needs:
+capacity on the page boundary, for every draft length and batch size. A manager under test (yours or kvcm's) needs:
 
 * ``tokens_per_block``, ``num_extra_kv_tokens``
 * ``get_num_free_blocks()``
@@ -9,6 +9,10 @@ capacity on the page boundary, for every draft length. A manager under test (you
 * ``add_dummy_requests(request_ids, token_nums=None, is_gen=False, max_num_draft_tokens=0,
   kv_reserve_draft_tokens=None)`` returning a list, or None with nothing allocated
 * ``get_capacity(request_id)`` and ``free_resources(request_id)``
+
+With ``batch_size > 1`` the ``batch_size - 1`` short dummies are held before the question is asked, exactly as
+warmup does, and the long dummy must fill what they leave to the block (TensorRT-LLM's
+``clamp_max_seq_len_for_mem`` counts from each pool's total slots; docs/semantics.md 4.2).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class PageBoundaryResult:
     capacity_asked: int
     capacity_held: int | None
     boundary: int
+    batch_size: int = 1
 
     @property
     def ok(self) -> bool:
@@ -35,28 +40,45 @@ class PageBoundaryResult:
 
     def __str__(self):
         held = "nothing (allocation failed)" if self.capacity_held is None else f"{self.capacity_held}"
-        return (f"draft_len={self.draft_len}: get_num_available_tokens={self.available_tokens}, tpb="
-                f"{self.tokens_per_block}, free blocks={self.free_blocks} (boundary {self.boundary} tokens), "
-                f"capacity asked={self.capacity_asked}, capacity held={held}")
+        return (f"batch_size={self.batch_size} draft_len={self.draft_len}: get_num_available_tokens="
+                f"{self.available_tokens}, tpb={self.tokens_per_block}, free blocks={self.free_blocks} after "
+                f"{self.batch_size - 1} short dummies (boundary {self.boundary} tokens), capacity asked="
+                f"{self.capacity_asked}, capacity held={held}")
 
 
-def check_page_boundary(make_manager: Callable[[int], object], draft_lens=(0, 4), *,
+def _one_shape(manager, d: int, bs: int, upper: int | None, request_id) -> PageBoundaryResult:
+    """Hold ``bs - 1`` short generation dummies first (as CUDA-graph warmup does), then size the long one."""
+    tpb, e = manager.tokens_per_block, manager.num_extra_kv_tokens
+    short_ids = [(request_id, "short", i) for i in range(bs - 1)]
+    if short_ids and manager.add_dummy_requests(short_ids, is_gen=True, max_num_draft_tokens=d) is None:
+        raise AssertionError(f"page-boundary check: {bs - 1} short dummies (draft_len={d}) do not fit at all")
+    held_ids = list(short_ids)
+    try:
+        free = manager.get_num_free_blocks()
+        bound = upper or (free + bs + 1) * tpb * 2  # beyond the pool: the answer is the boundary
+        available = manager.get_num_available_tokens(token_num_upper_bound=bound, batch_size=bs,
+                                                     max_num_draft_tokens=d)
+        dummies = manager.add_dummy_requests([request_id], token_nums=[available], is_gen=True,
+                                             max_num_draft_tokens=d) if available > 0 else None
+        held = None if not dummies else manager.get_capacity(request_id)
+        if dummies:
+            held_ids.append(request_id)
+        return PageBoundaryResult(d, tpb, free, available, available + e + d, held, free * tpb, bs)
+    finally:
+        for rid in held_ids:
+            manager.free_resources(rid)
+
+
+def check_page_boundary(make_manager: Callable[[int], object], draft_lens=(0, 4), *, batch_sizes=(1, 2, 3),
                         token_num_upper_bound: int | None = None, request_id="page-boundary") -> list[PageBoundaryResult]:
-    """Run the check for each draft length on a fresh manager ``make_manager(draft_len)``; raise AssertionError
-    naming the numbers when any draft length fails."""
+    """For each draft length and batch size, on a fresh manager ``make_manager(draft_len)``: hold the
+    ``batch_size - 1`` short dummies, ask for the available tokens, allocate the long dummy. It must fit and end
+    exactly on the page boundary the shorts leave (the pool's free blocks x tpb). Raises AssertionError naming
+    the numbers of every failing shape."""
     results = []
     for d in draft_lens:
-        manager = make_manager(d)
-        tpb, e = manager.tokens_per_block, manager.num_extra_kv_tokens
-        free = manager.get_num_free_blocks()
-        upper = token_num_upper_bound or (free + 1) * tpb * 2  # beyond the pool: the answer is the boundary
-        available = manager.get_num_available_tokens(token_num_upper_bound=upper, max_num_draft_tokens=d)
-        dummies = manager.add_dummy_requests([request_id], token_nums=[available], is_gen=True,
-                                             max_num_draft_tokens=d)
-        held = None if not dummies else manager.get_capacity(request_id)
-        results.append(PageBoundaryResult(d, tpb, free, available, available + e + d, held, free * tpb))
-        if dummies:
-            manager.free_resources(request_id)
+        for bs in batch_sizes:
+            results.append(_one_shape(make_manager(d), d, bs, token_num_upper_bound, request_id))
     failed = [r for r in results if not r.ok or r.capacity_asked != r.boundary]
     if failed:
         raise AssertionError("page-boundary check failed:\n  " + "\n  ".join(str(r) for r in failed))
@@ -65,5 +87,6 @@ def check_page_boundary(make_manager: Callable[[int], object], draft_lens=(0, 4)
 
 @pytest.fixture
 def page_boundary_check():
-    """``page_boundary_check(make_manager, draft_lens=(0, 4))``: see ``check_page_boundary``."""
+    """``page_boundary_check(make_manager, draft_lens=(0, 4), batch_sizes=(1, 2, 3))``: see
+    ``check_page_boundary``."""
     return check_page_boundary

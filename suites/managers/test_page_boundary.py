@@ -1,6 +1,7 @@
-"""The page-boundary contract (SEMANTICS 4.2, 6): a generation dummy sized by get_num_available_tokens fits.
+"""The page-boundary contract (docs/semantics.md 4.2, 6): a generation dummy sized by get_num_available_tokens
+fits, and with ``bs - 1`` short dummies already held it fills exactly the blocks they leave.
 
-The pool is 32 blocks of 32 tokens (max_tokens 1024), so the boundary is 32 x 32 = 1024 tokens of capacity.
+The pool is 32 blocks of 32 tokens (max_tokens 1024), so the boundary is (32 - (bs - 1)) x 32 tokens of capacity.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ def test_dummy_at_page_boundary_fits(kvcm_manager_factory, page_boundary_check, 
         return kvcm_manager_factory(tiny_spec(), KvCacheConfig(max_tokens=1024), max_batch_size=4, max_seq_len=8192,
                                     max_draft_len=draft_len, num_extra_kv_tokens=extra, device="meta")
 
-    results = page_boundary_check(make, draft_lens=(0, 4))
+    results = page_boundary_check(make, draft_lens=(0, 4), batch_sizes=(1, 2, 3))
+    assert len(results) == 6
     for r in results:
-        assert r.boundary == 1024  # 32 free blocks x 32 tokens
-        assert r.capacity_held == 1024  # token_num + E + K lands exactly on the boundary
-        assert r.available_tokens == 1024 - extra - r.draft_len  # 1024 - E - d
+        boundary = (32 - (r.batch_size - 1)) * 32  # each short dummy holds one block
+        assert r.boundary == boundary
+        assert r.capacity_held == boundary  # token_num + E + K lands exactly on the boundary
+        assert r.available_tokens == boundary - extra - r.draft_len
 
 
 def test_dummy_at_page_boundary_with_window_group(page_boundary_check):
@@ -34,8 +37,23 @@ def test_dummy_at_page_boundary_with_window_group(page_boundary_check):
         return kvcm.KVCacheManagerV2(swa_spec(64), KvCacheConfig(max_gpu_total_bytes=32 * 2048, pool_ratio=(1, 1)),
                                      max_batch_size=4, max_seq_len=8192, max_draft_len=draft_len, device="meta")
 
-    for r in page_boundary_check(make, draft_lens=(0, 4)):
-        assert r.capacity_held == r.boundary == 16 * 32  # 512
+    for r in page_boundary_check(make, draft_lens=(0, 4), batch_sizes=(1, 2, 3)):
+        assert r.capacity_held == r.boundary == (16 - (r.batch_size - 1)) * 32  # 512, 480, 448
+
+
+def test_long_dummy_fills_what_the_short_dummies_leave(kvcm_manager_factory):
+    """8 blocks of 32 tokens, one full-attention layer, B=3: warmup holds two short generation dummies (one block
+    each) and then asks. TensorRT-LLM's clamp_max_seq_len_for_mem counts from the pool's total slots less the
+    two one-token requests: 6 blocks, 192 tokens. Counting from the free blocks as well took the shorts away
+    twice and answered 128."""
+    mgr = kvcm_manager_factory(kvcm.ModelSpec.uniform(1, 1, 64), KvCacheConfig(max_tokens=256), max_batch_size=3,
+                               max_seq_len=8192, device="meta")
+    assert mgr.add_dummy_requests(["s0", "s1"], is_gen=True) is not None
+    assert mgr.get_num_free_blocks() == 6
+    available = mgr.get_num_available_tokens(token_num_upper_bound=4096, batch_size=3)
+    assert available == 192
+    assert mgr.add_dummy_requests(["long"], token_nums=[available], is_gen=True) is not None
+    assert mgr.get_num_free_blocks() == 0
 
 
 def test_warmup_on_page_boundary_skips_nothing(kvcm_manager_factory, kvcm_results):
@@ -53,6 +71,9 @@ def test_warmup_on_page_boundary_skips_nothing(kvcm_manager_factory, kvcm_result
     assert report.skipped == [], str(report)
     assert len(report.captured) == 3
     assert report.long_token_nums[kvcm.WarmupShape(1, 0)] == 1024
+    # bs 2 and 4: the long dummy fills the 31 and 29 blocks its short companions leave
+    assert report.long_token_nums[kvcm.WarmupShape(2, 0)] == 31 * 32
+    assert report.long_token_nums[kvcm.WarmupShape(4, 0)] == 29 * 32
     assert mgr.get_num_free_blocks() == 32
 
 
@@ -63,3 +84,20 @@ def test_warmup_on_page_boundary_with_drafts(kvcm_manager_factory):
     assert report.skipped == [], str(report)
     # shape (1, 4): available = 1024 - E 2 - K 4 = 1018 tokens, capacity 1018 + 2 + 4 = 1024 = 32 blocks
     assert report.long_token_nums[kvcm.WarmupShape(1, 4)] == 1018
+
+
+def test_deepseek_v4_dummy_at_page_boundary_with_shorts_held(page_boundary_check):
+    """DeepSeek-V4 (two HCA and two CSA layers, tpb 128): the compressed full-length group binds, and with the
+    short dummies held the long one still fills exactly the blocks they leave (80, 79, 78 blocks; the draft run
+    sizes its pools with D = 4 and has 78)."""
+    from kvcm.deepseek_v4 import DeepseekV4CacheManager, DeepseekV4Spec
+
+    spec = DeepseekV4Spec(compress_ratios=(128, 4, 128, 4))
+
+    def make(draft_len):
+        return DeepseekV4CacheManager(spec, KvCacheConfig(tokens_per_block=128, max_gpu_total_bytes=64 * 2**20),
+                                      max_batch_size=4, max_seq_len=8192, max_draft_len=draft_len, device="meta")
+
+    results = page_boundary_check(make, draft_lens=(0, 4), batch_sizes=(1, 2, 3))
+    assert [r.free_blocks for r in results if r.draft_len == 0] == [80, 79, 78]
+    assert all(r.capacity_held == r.boundary for r in results)
