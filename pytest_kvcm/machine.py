@@ -39,6 +39,17 @@ _STASH_LOCAL = pytest.StashKey["MachineInfo"]()
 _STASH_HOST = pytest.StashKey["MachineInfo"]()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvcm")
+    group.addoption(
+        "--kvcm-machine", dest="kvcm_machine", default=None, metavar="JSON_OR_PATH",
+        help=f"simulate a machine (JSON object or file; overrides ${ENV_MACHINE}), e.g. "
+        '\'{"gpu_count": 8, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_gb": 85, "sm": 90}\'',
+    )
+    group.addoption("--kvcm-stage", dest="kvcm_stage", default=None, metavar="STAGE",
+                    help="the 'stage' lane conditions test (default pre_merge)")
+
+
 @dataclasses.dataclass(frozen=True)
 class MachineInfo:
     """The facts of one process's view of the machine (GPU lists are per visible GPU, in device order)."""
@@ -216,7 +227,7 @@ def machine_for(config: pytest.Config) -> MachineInfo:
 
 def host_machine_for(config: pytest.Config) -> MachineInfo:
     """The machine lane conditions test. On an xdist worker it is the controller's view, sent through
-    ``workerinput`` (see lanes.py), so every worker selects the same tests whatever GPUs it was given."""
+    ``workerinput`` (see lanes/selection.py), so every worker selects the same tests whatever GPUs it was given."""
     if _STASH_HOST not in config.stash:
         sent = getattr(config, "workerinput", {}).get("kvcm_machine")
         config.stash[_STASH_HOST] = MachineInfo.from_dict(sent) if sent else machine_for(config)

@@ -42,11 +42,6 @@ _GPU_ARGS = ("count", "min_memory_gb", "min_sm")
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvcm")
     group.addoption(
-        "--kvcm-machine", dest="kvcm_machine", default=None, metavar="JSON_OR_PATH",
-        help=f"simulate a machine (JSON object or file; overrides ${ENV_MACHINE}), e.g. "
-        '\'{"gpu_count": 8, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_gb": 85, "sm": 90}\'',
-    )
-    group.addoption(
         "--kvcm-gpu-only", dest="kvcm_gpu_only", action="store_true", default=False,
         help="skip tests marked cpu_only",
     )

@@ -7,7 +7,9 @@ so that pytest registers their options, markers, fixtures and hooks.
 pytest_plugins = [
     "pytest_kvcm.versions",  # --kvcm-version, the kvcm_version / kvcm_manager_factory fixtures
     "pytest_kvcm.markers",  # cpu_only, gpu(...), accuracy, slow; GPU requirement skips
-    "pytest_kvcm.lanes",  # --kvcm-lane, ci/<lane>.yml, waives
+    "pytest_kvcm.machine",  # --kvcm-machine, --kvcm-stage: the facts markers and lane conditions test
+    "pytest_kvcm.lanes.selection",  # --kvcm-lane, ci/<lane>.yml, waives
+    "pytest_kvcm.lanes.isolation",  # ISOLATION: a lane entry in a subprocess of its own
     "pytest_kvcm.sharding",  # CUDA_VISIBLE_DEVICES per xdist worker
     "pytest_kvcm.defects.plugin",  # --kvcm-inject, --kvcm-list-defects: the defect catalogue
     "pytest_kvcm.page_boundary",  # the page_boundary_check fixture
