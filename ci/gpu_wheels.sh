@@ -5,27 +5,32 @@
 #   bash ci/gpu_wheels.sh install [DEST]    # there: install DEST's wheels into /tmp/site, then
 #   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 #
-# What they unlock in `pytest --kvcm-lane=l0_h200`: the GSM8K accuracy gates and the data-set tests (datasets),
-# the dashboard test (selenium; it still needs a browser, see ci/install_browser.sh) and the GGUF model loader
-# (gguf). Only what the image lacks is carried: its pyarrow, pandas, fsspec, xxhash, huggingface-hub,
+# What they unlock in `pytest --kvcm-lane=l0_h200`: the project itself (pydantic validates its configs), the
+# GSM8K accuracy gates and the data-set tests (datasets), the GGUF model loader (gguf) and, with
+# GPU_WHEELS=all, the dashboard test (selenium, ~12 MiB; it still needs a browser, see ci/install_browser.sh).
+# Only what the image lacks is carried: its pyarrow, pandas, fsspec, xxhash, huggingface-hub,
 # requests, certifi, urllib3, attrs, h11 and the rest of datasets' and selenium's needs are already there
 # (pyarrow alone would be ~40 MiB of the 64 MiB a device call may carry). Pins: the versions the CPU lane
 # runs, inside datasets' own bounds (dill<0.4.2, multiprocess<0.70.20).
 # Target: PY_VERSION (default 3.12, the image's python3) on manylinux x86-64; every wheel here is pure Python
-# except multiprocess, whose wheel is per Python version.
+# except multiprocess and pydantic-core, whose wheels are per Python version.
 set -euo pipefail
 cmd=${1:-}
 dest=${2:-.whl}
 WHEELS=(
+  pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
   datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
-  selenium==4.51.0 trio==0.35.0 trio-websocket==0.12.2 outcome==1.3.0.post0 sniffio==1.3.1 wsproto==1.3.2
-  websocket-client==1.9.2 PySocks==1.7.1
   gguf==0.19.0
 )
-LIMIT_MIB=16   # leaves the rest of a call's 64 MiB for the model half that travels beside it
+if [ "${GPU_WHEELS:-core}" = all ]; then
+  WHEELS+=(selenium==4.51.0 trio==0.35.0 trio-websocket==0.12.2 outcome==1.3.0.post0 sniffio==1.3.1 wsproto==1.3.2
+           websocket-client==1.9.2 PySocks==1.7.1)
+fi
+LIMIT_MIB=17   # leaves the rest of a call's 64 MiB for the model half that travels beside it
 
 case "$cmd" in
   stage)
+    case "$dest" in /*|*..*) echo "gpu_wheels: DEST must be a folder inside the repository (it travels)" >&2; exit 2;; esac
     root=$(git rev-parse --show-toplevel)
     exclude="$(git rev-parse --git-common-dir)/info/exclude"
     mkdir -p "$(dirname "$exclude")"
@@ -52,7 +57,7 @@ case "$cmd" in
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
       "$dest"/*.whl
     PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} python3 -c \
-      "import datasets, selenium, gguf; print('gpu_wheels: datasets', datasets.__version__, 'selenium', selenium.__version__)"
+      "import pydantic, datasets, gguf; print('gpu_wheels: pydantic', pydantic.__version__, 'datasets', datasets.__version__)"
     ;;
   *)
     echo "usage: bash ci/gpu_wheels.sh stage|install [DEST]" >&2
