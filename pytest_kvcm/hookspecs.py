@@ -8,3 +8,9 @@ def pytest_kvcm_register_defects(registry):
     """Add historic defects to ``registry`` (a ``pytest_kvcm.defects.DefectRegistry``) with
     ``registry.register(name, story, patch, upstream="...", catchers=(...))``; ``patch(monkeypatch)`` puts the
     defect back for one run, ``upstream`` names where it was found, ``catchers`` the tests expected to fail."""
+
+
+@pytest.hookspec
+def pytest_kvcm_register_targets(registry):
+    """Add managers under test to ``registry`` (a dict): ``registry["name"] = factory``, where ``factory(spec)``
+    takes a ``pytest_kvcm.targets.PoolSpec`` and returns a ``pytest_kvcm.targets.KVCacheTarget``."""

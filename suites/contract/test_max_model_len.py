@@ -1,0 +1,25 @@
+"""A request of ``max_model_len`` tokens is admissible exactly when the pool can hold it, the pages the engine
+holds back from every request (vLLM's null block) counted.
+
+vLLM PR #47272: the startup check compared ``max_model_len`` with the *total* block count; a pool of exactly
+``ceil(max_model_len / block_size)`` blocks passed it and then hung at 0 tok/s, one usable block short. Sizing a
+pool for ``max_model_len`` must add ``reserved_pages``; ``pages_for_max_model_len`` is that sizing rule.
+"""
+
+import pytest
+
+from pytest_kvcm.targets import PoolSpec
+from pytest_kvcm.targets.contract import pages_for_max_model_len
+
+
+@pytest.mark.parametrize("spare", [0, -1], ids=["exact", "one-page-short"])
+def test_max_model_len_request_fits_exactly_when_the_pool_holds_it(kvcm_target, spare):
+    probe = kvcm_target(PoolSpec(num_pages=8))
+    max_model_len = 5 * probe.page_size + 3
+    pages = pages_for_max_model_len(max_model_len, probe.page_size, probe.reserved_pages) + spare
+    target = kvcm_target(PoolSpec(num_pages=pages, max_model_len=max_model_len, page_size=probe.page_size))
+    target.require("exact_pool_size")
+    admitted = target.allocate("longest", max_model_len)
+    assert admitted == (spare == 0), (
+        f"{target}: max_model_len={max_model_len} needs 6 pages of {target.page_size}; pool of {pages} with "
+        f"{target.reserved_pages} reserved {'refused' if not admitted else 'admitted'} it")

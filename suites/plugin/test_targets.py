@@ -1,0 +1,67 @@
+"""--kvcm-target: the README's adapter passes the contract suites, a leaking one fails them, bad names are a
+usage error, and a target whose engine is missing skips with its install hint."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cpu_only
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_adapter() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("from pytest_kvcm.targets import KVCacheTarget\n\n\nclass MyTarget")
+    return text[start:text.index("```", start)]
+
+
+def _suites(pytester, *names):
+    for name in names:
+        shutil.copy(ROOT / "suites" / "contract" / name, pytester.path / name)
+
+
+def test_readme_adapter_passes_the_contract_suites(pytester):
+    pytester.makeconftest(readme_adapter())
+    _suites(pytester, "test_target_page_boundary.py", "test_lifecycle.py", "test_max_model_len.py",
+            "test_sliding_window.py", "test_target_state_machine.py")
+    result = pytester.runpytest_subprocess("--kvcm-target=mine", "-p", "no:randomly")
+    result.assert_outcomes(passed=12, skipped=2)
+
+
+def test_a_leaking_adapter_fails_the_leak_and_batch_checks(pytester):
+    pytester.makeconftest(readme_adapter().replace("self.free_ids += self.tables.pop(rid)",
+                                                   "self.tables.pop(rid)  # pages never return"))
+    _suites(pytester, "test_lifecycle.py")
+    result = pytester.runpytest_subprocess("--kvcm-target=mine", "-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*pages leaked*", "*pages left behind by the batch*"])
+    result.assert_outcomes(failed=2, passed=1)
+    assert result.ret != 0
+
+
+def test_unknown_target_is_a_usage_error(pytester):
+    pytester.makepyfile("def test_x(kvcm_target): pass")
+    result = pytester.runpytest_subprocess("--kvcm-target=kvcm-v2,vlm")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown target(s) vlm; registered: kvcm-v1, kvcm-v2*"])
+
+
+def test_missing_engine_skips_with_its_install_hint(pytester):
+    pytester.makeconftest("""
+from pytest_kvcm.targets import TargetUnavailable
+
+def pytest_kvcm_register_targets(registry):
+    def absent(spec):
+        raise TargetUnavailable("pip install absent-engine")
+    registry["absent"] = absent
+""")
+    pytester.makepyfile("""
+from pytest_kvcm.targets import PoolSpec
+
+def test_x(kvcm_target):
+    kvcm_target(PoolSpec(num_pages=4))
+""")
+    result = pytester.runpytest_subprocess("--kvcm-target=absent", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*target absent: pip install absent-engine*"])
