@@ -8,21 +8,13 @@ that changes each), then each version in detail with its constraints and typical
 
 from __future__ import annotations
 
-KiB, MiB, GiB = 2**10, 2**20, 2**30
+from .units import human_bytes as size
 
 #: Why each named constraint exists, in words (kvcm/constraints.py, kvcm/deepseek_v4.py).
 CONSTRAINT_WHY = {
     "context": "a whole prefill chunk of N new tokens must always fit",
     "longest_decode": "the longest request must keep decoding while every other batch slot admits a new one",
 }
-
-
-def size(n: int | float) -> str:
-    """Bytes in human units: ``72.0 GiB``, ``3.5 MiB``, ``823.0 KiB``, ``512 B``."""
-    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def _plural(n: int, word: str) -> str:

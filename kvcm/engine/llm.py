@@ -5,6 +5,7 @@ prove that a cache manager's capacity decisions give exactly the tokens an uncac
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -12,6 +13,7 @@ import torch
 from ..config import KvCacheConfig
 from ..factory import create_kv_cache_manager
 from ..model_spec import ModelSpec
+from ..units import human_bytes
 from .. import draft_budget
 from .cuda_graph import GraphPlan, build_cache
 from .drafters import ModelDrafter, NgramDrafter
@@ -21,6 +23,9 @@ from .sequence import SamplingParams, Sequence
 from .trace import Tracer
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+#: Tokens of the default KV pool off CUDA: a reference run's work, not a server's (raise with kv_cache_config).
+CPU_DEFAULT_MAX_TOKENS = 8192
+log = logging.getLogger("kvcm.engine")
 
 
 @dataclass
@@ -50,13 +55,17 @@ def eos_token_ids(model, tokenizer) -> tuple[int, ...]:
 
 
 
-def default_kv_cache_config(model, *, max_batch_size: int, max_seq_len: int, device):
-    """Model dtype; on CPU enough tokens for a full batch of full-length requests (capped at 2**17), on CUDA
-    half the free memory (the manager reads it)."""
+def default_kv_cache_config(model, *, max_batch_size: int, max_seq_len: int, device, max_num_tokens=None):
+    """Model dtype; on CUDA half the free memory (the manager reads it). Elsewhere a small pool: a full batch of
+    full-length requests, but at most ``CPU_DEFAULT_MAX_TOKENS`` (never less than one request of
+    ``max_seq_len`` or one step of ``max_num_tokens``). The pages are real memory (``torch.zeros``); a pool
+    sized for a server's batch would take gigabytes for a few prompts, and when the work outgrows the pool the
+    scheduler preempts (recompute) rather than fail. ``LLM`` logs and ``repr``s what it reserved."""
     dtype = _DTYPE_NAMES.get(next(model.parameters()).dtype, "bfloat16")
     if torch.device(device).type == "cuda":
         return KvCacheConfig(free_gpu_memory_fraction=0.5, dtype=dtype)
-    return KvCacheConfig(max_tokens=min(max_batch_size * max_seq_len, 1 << 17), dtype=dtype)
+    floor = max(max_seq_len, max_num_tokens or 0, CPU_DEFAULT_MAX_TOKENS)
+    return KvCacheConfig(max_tokens=min(max_batch_size * max_seq_len, floor), dtype=dtype)
 
 
 class LLM:
@@ -82,8 +91,8 @@ class LLM:
         self.device = torch.device(device)
         self.max_batch_size, self.max_seq_len, self.max_num_tokens = max_batch_size, max_seq_len, max_num_tokens
         if kv_cache_config is None:
-            kv_cache_config = default_kv_cache_config(model, max_batch_size=max_batch_size,
-                                                      max_seq_len=max_seq_len, device=device)
+            kv_cache_config = default_kv_cache_config(model, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
+                                                      device=device, max_num_tokens=max_num_tokens)
         self.kv_cache_config = kv_cache_config
         self.manager_version = manager_version
         self.max_draft_len = max_draft_len
@@ -134,6 +143,22 @@ class LLM:
             if self.drafter.num_draft != max_draft_len:
                 raise ValueError(f"drafter proposes {self.drafter.num_draft} tokens, max_draft_len={max_draft_len}")
         self.pipeline = StepPipeline(self, overlap=overlap)
+        log.info("%r", self)
+
+    def reserved(self) -> str:
+        """What this engine holds for its KV cache, in words (the draft model's cache too, when there is one)."""
+        m = self.manager
+        text = (f"KV cache {human_bytes(m.pool_bytes)} on {self.device.type} = {m.max_tokens:,} tokens "
+                f"({m.version}, {m.tokens_per_block} tokens a block)")
+        draft = getattr(self.drafter, "manager", None)
+        if draft is not None:
+            text += f" + draft KV cache {human_bytes(draft.pool_bytes)}"
+        return text
+
+    def __repr__(self) -> str:
+        params = sum(p.numel() for p in self.model.parameters())
+        return (f"LLM({type(self.model).__name__}, {params / 1e6:,.0f}M params, {self.reserved()}, "
+                f"max_batch_size={self.max_batch_size}, max_seq_len={self.max_seq_len})")
 
     def _factory(self, version, spec, max_seq_len):
         kw = dict(self.manager_kwargs(), max_seq_len=max_seq_len)
