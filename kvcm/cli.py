@@ -25,14 +25,44 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PLUGIN_COMMANDS:
         return _plugin_command(argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     from . import plan
 
     parser = argparse.ArgumentParser(prog="kvcm", description=DESCRIPTION)
+    parser.add_argument("--debug", action="store_true", help="on an error, show the Python traceback too")
     sub = parser.add_subparsers(dest="command", required=True)
     plan.add_arguments(sub.add_parser("plan", help="size a model's KV cache: pools, constraints, warmup plan"))
     for name in PLUGIN_COMMANDS:
         sub.add_parser(name, help=f"alias of `pytest-kvcm {name}` (see `kvcm {name} --help`)", add_help=False)
-    return plan.main(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        return plan.main(args)
+    except Exception as exc:  # one line for the user; --debug keeps the traceback
+        if debug:
+            raise
+        return _report(args.command, exc)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(exc.code, file=sys.stderr)
+        return 2
+
+
+BAD_INPUT = (ValueError, KeyError, TypeError, OSError, ArithmeticError)  # ConfigError is a ValueError
+
+
+def _report(command: str, exc: Exception) -> int:
+    """Exit 2 with one line for bad input (argparse's convention); 1 with a pointer to --debug for anything else."""
+    from .errors import KvcmError
+
+    if isinstance(exc, (KvcmError, *BAD_INPUT)):
+        kind = "" if isinstance(exc, KvcmError) else f"{type(exc).__name__}: "
+        print(f"kvcm {command}: {kind}{exc}", file=sys.stderr)
+        return 2
+    print(f"kvcm {command}: internal error {type(exc).__name__}: {exc} (run again with --debug for the traceback)",
+          file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import torch
 from pydantic import AfterValidator, Field
 
 from .errors import ConfigError
-from .validation import Int, Number, config_dataclass
+from .validation import Int, Number, config_dataclass, power_of_two
 
 _DTYPES = {
     "bfloat16": torch.bfloat16,
@@ -77,9 +77,7 @@ class BatchDesc:
 
 
 def _power_of_two(tpb: int) -> int:
-    if tpb & (tpb - 1):
-        raise ValueError("not a power of two")
-    return tpb
+    return power_of_two("tokens_per_block", tpb)
 
 
 def _kv_dtype(value):

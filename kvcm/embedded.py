@@ -22,11 +22,20 @@ def load_config(name: str) -> dict:
     path = Path(name)
     if path.is_file():
         try:
-            return json.loads(path.read_text())
+            cfg = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             from .errors import ConfigError
 
             raise ConfigError("model", name, f"is not valid JSON ({path}:{exc.lineno}: {exc.msg})") from None
+        except UnicodeDecodeError as exc:
+            from .errors import ConfigError
+
+            raise ConfigError("model", name, f"is not UTF-8 text ({path}: byte {exc.start})") from None
+        if not isinstance(cfg, dict):
+            from .errors import ConfigError
+
+            raise ConfigError("model", name, f"must hold a JSON object, not {type(cfg).__name__} ({path}:1)")
+        return cfg
     if name in embedded_models():
         return json.loads((CONFIGS / f"{name}.json").read_text())
     from .errors import ConfigError

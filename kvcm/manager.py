@@ -13,6 +13,7 @@ import torch
 
 from .config import BatchDesc, KvCacheConfig
 from . import validation
+from .validation import MAX_BATCH_SIZE
 from .errors import ConfigError, OutOfPagesError, UnknownRequestError
 from .block_pool import BlockPool
 from .layer_groups import LayerGroup, build_layer_groups
@@ -48,11 +49,6 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
     if device.type == "cpu":
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return None
-
-
-MAX_BATCH_SIZE = 1 << 16
-"""The largest ``max_batch_size`` a manager accepts: constraints and warmup hold one entry per request, so a
-batch size far beyond any engine's (TensorRT-LLM defaults to 2048) would take minutes before failing."""
 
 
 class BaseKVCacheManager:

@@ -10,7 +10,7 @@ from pydantic import BeforeValidator, Field, Strict
 
 from .config import dtype_bytes, resolve_dtype
 from .errors import ConfigError
-from .validation import Int, config_dataclass
+from .validation import Int, config_dataclass, count
 
 
 def _layer_dtype(value) -> torch.dtype:
@@ -124,13 +124,14 @@ class ModelSpec:
         model_type = cfg.get("model_type", "")
         if model_type == "deepseek_v4":
             raise ConfigError("model_type", model_type, "use kvcm.DeepseekV4Spec.from_hf_config for DeepSeek-V4")
-        for key in ("num_hidden_layers", "num_attention_heads"):
+        required = ("num_hidden_layers", "num_attention_heads") + (() if cfg.get("head_dim") else ("hidden_size",))
+        for key in required:
             if cfg.get(key) is None:
                 raise ConfigError(key, None, "is required in the model config")
-        n = int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = cfg.get("head_dim") or int(cfg["hidden_size"]) // heads
+        n = count("num_hidden_layers", cfg["num_hidden_layers"], 1)
+        heads = count("num_attention_heads", cfg["num_attention_heads"], 1)
+        kv_heads = count("num_key_value_heads", cfg.get("num_key_value_heads") or heads, 1)
+        head_dim = cfg.get("head_dim") or count("hidden_size", cfg["hidden_size"], 1) // heads
         dtype = cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
         dtype = "bfloat16" if str(dtype).removeprefix("torch.") not in (
             "float16", "float32", "bfloat16") else str(dtype).removeprefix("torch.")

@@ -49,8 +49,8 @@ def max_concurrency(manager, seq_len: int) -> int:
 
 def plan(args, progress: bool | None = None) -> dict:
     """The plan as a dict (``--json``). ``progress``: a bar on stderr per manager built (None: on a terminal)."""
-    model = load_model(args.model)  # first: a bad name answers before the managers (and torch) load
-    from .config import KvCacheConfig
+    check_args(args)  # first: bad options and a bad name answer before the managers (and torch) load
+    model = load_model(args.model)
     from .errors import KvcmError
     from .estimation import build_with_estimation
 
@@ -58,10 +58,9 @@ def plan(args, progress: bool | None = None) -> dict:
     if deepseek and args.version == "v1":
         raise SystemExit("kvcm plan: --version v1: DeepSeek-V4 is planned by V2 only (its compressed and "
                          "sliding-window groups need V2's layer groups); use --version v2")
-    tpb = args.tpb or (128 if deepseek else 32)
-    cfg = KvCacheConfig(tokens_per_block=tpb, max_tokens=args.max_tokens,
-                        max_gpu_total_bytes=None if args.max_gpu_total_gib is None else int(args.max_gpu_total_gib * GiB),
-                        free_gpu_memory_fraction=args.fraction, dtype=args.dtype)
+    tpb = args.tpb if args.tpb is not None else 128 if deepseek else 32
+    cfg = cache_config(tpb=tpb, max_tokens=args.max_tokens, dtype=args.dtype, fraction=args.fraction,
+                       max_gpu_total_bytes=None if args.max_gpu_total_gib is None else int(args.max_gpu_total_gib * GiB))
     versions = ["v1", "v2"] if args.version == "both" and not deepseek else ["v2"] if deepseek else [args.version]
     out = {"model": args.model, "free_memory_bytes": int(args.free_gib * GiB), "max_batch_size": args.max_batch_size,
            "max_seq_len": args.max_seq_len, "max_num_tokens": args.max_num_tokens, "max_draft_len": args.max_draft_len,
@@ -88,6 +87,48 @@ def plan(args, progress: bool | None = None) -> dict:
                      warmup=[w.as_dict() for w in est.warmups])
         out["managers"].append(entry)
     return out
+
+
+def check_args(args) -> None:
+    """Every numeric option against its limit before torch loads; ``ConfigError`` names the option."""
+    from . import validation
+    from .errors import ConfigError
+
+    try:
+        positions = load_config(args.model).get("max_position_embeddings")
+    except ConfigError:
+        positions = None  # load_model reports the bad name
+    validation.finite("--free-gib", args.free_gib, 0, None, open_low=True)
+    if args.fraction is not None:
+        validation.finite("--fraction", args.fraction, 0, 1, open_low=True, open_high=True)
+    if args.max_gpu_total_gib is not None:
+        validation.finite("--max-gpu-total-gib", args.max_gpu_total_gib, 1 / GiB, None)
+    validation.optional_count("--max-tokens", args.max_tokens, 1)
+    validation.count("-B/--max-batch-size", args.max_batch_size, 1, validation.MAX_BATCH_SIZE, "kvcm.MAX_BATCH_SIZE")
+    validation.count("-S/--max-seq-len", args.max_seq_len, 1, positions,
+                     f"the model's max_position_embeddings" if positions else "")
+    validation.count("-N/--max-num-tokens", args.max_num_tokens, 1)
+    validation.count("-D/--max-draft-len", args.max_draft_len, 0)
+    validation.count("-E/--extra-kv-tokens", args.extra_kv_tokens, 0)
+    if args.tpb is not None:
+        validation.power_of_two("--tpb", args.tpb)
+
+
+_OPTION_OF_FIELD = {"tokens_per_block": "--tpb", "max_tokens": "--max-tokens", "dtype": "--dtype",
+                    "free_gpu_memory_fraction": "--fraction", "max_gpu_total_bytes": "--max-gpu-total-gib"}
+
+
+def cache_config(*, tpb, max_tokens, max_gpu_total_bytes, fraction, dtype):
+    """The ``KvCacheConfig`` of the options; a bad value's error names the option it came from."""
+    from .config import KvCacheConfig
+    from .errors import ConfigError
+
+    try:
+        return KvCacheConfig(tokens_per_block=tpb, max_tokens=max_tokens, max_gpu_total_bytes=max_gpu_total_bytes,
+                             free_gpu_memory_fraction=fraction, dtype=dtype)
+    except ConfigError as exc:
+        option = _OPTION_OF_FIELD.get(exc.field)
+        raise ConfigError(f"{option} ({exc.field})" if option else exc.field, exc.value, exc.limit) from None
 
 
 def _progress(versions: list[str], show: bool | None):

@@ -25,6 +25,10 @@ from pydantic import BeforeValidator, Field
 
 from .errors import ConfigError
 
+MAX_BATCH_SIZE = 1 << 16
+"""The largest ``max_batch_size`` a manager accepts: constraints and warmup hold one entry per request, so a
+batch size far beyond any engine's (TensorRT-LLM defaults to 2048) would take minutes before failing."""
+
 
 def _as_int(field: str, value) -> int:
     """An integer-like value (``int``, numpy/torch integer scalars) as ``int``; bools, floats and strings are not."""
@@ -44,6 +48,14 @@ def count(field: str, value, low: int = 0, high: int | None = None, why: str = "
         if high is None:
             raise ConfigError(field, value, f"must be >= {low}")
         raise ConfigError(field, value, f"must be >= {low} and <= {high}" + (f" ({why})" if why else ""))
+    return value
+
+
+def power_of_two(field: str, value) -> int:
+    if type(value) is not int:
+        value = _as_int(field, value)
+    if value < 1 or value & (value - 1):
+        raise ConfigError(field, value, "must be a positive integer and a power of two")
     return value
 
 

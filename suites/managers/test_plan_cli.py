@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,10 +47,14 @@ def test_plan_qwen3_defaults(capsys):
     assert v2["final"]["typical_step"] is None
 
 
-def test_plan_llama3_v2_limits(capsys):
-    # Llama-3-8B, 131072 bytes a token, 4 MiB a block; free 40 GiB -> budget 36 GiB = 9216 blocks;
-    # max tokens 9216 x 32 = 294912; S = 131072 needs 4096 blocks: 9216 // 4096 = 2 requests at once.
-    rc, out = _plan(capsys, "--model", "llama-3-8b", "--version", "v2", "--free-gib", "40", "-B", "256",
+def test_plan_llama3_v2_limits(capsys, tmp_path):
+    # Llama-3.1-8B (Llama-3-8B's KV shape with 131072 positions), 131072 bytes a token, 4 MiB a block; free 40 GiB
+    # -> budget 36 GiB = 9216 blocks; max tokens 9216 x 32 = 294912; S = 131072 needs 4096 blocks: 9216 // 4096 =
+    # 2 requests at once.
+    config = json.loads((Path(kvcm.cli.__file__).parent / "configs" / "llama-3-8b.json").read_text())
+    config.update(_name_or_path="meta-llama/Llama-3.1-8B", max_position_embeddings=131072)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    rc, out = _plan(capsys, "--model", str(tmp_path / "config.json"), "--version", "v2", "--free-gib", "40", "-B", "256",
                     "-S", "131072", "-N", "8192", "-E", "2")
     assert rc == 0
     (m,) = out["managers"]
@@ -85,14 +91,14 @@ def test_plan_text_explains_constraints_and_concurrency_above_b(capsys):
 
 
 def test_plan_v1_on_deepseek_v4_is_an_error_not_v2(capsys):
-    with pytest.raises(SystemExit, match="--version v1: DeepSeek-V4 is planned by V2 only"):
-        kvcm.cli.main(["plan", "--model", "deepseek-v4-flash", "--version", "v1"])
-    assert capsys.readouterr().out == ""
+    assert kvcm.cli.main(["plan", "--model", "deepseek-v4-flash", "--version", "v1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--version v1: DeepSeek-V4 is planned by V2 only" in err
 
 
-def test_plan_unknown_model_names_the_choices():
-    with pytest.raises(SystemExit, match=r"--model 'nope': is neither a file nor an embedded config \(.*qwen3-0.6b"):
-        kvcm.cli.main(["plan", "--model", "nope"])
+def test_plan_unknown_model_names_the_choices(capsys):
+    assert kvcm.cli.main(["plan", "--model", "nope"]) == 2
+    assert re.search(r"--model 'nope': is neither a file nor an embedded config \(.*qwen3-0.6b", capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("args", [["--help"], ["plan", "--help"], ["plan", "--model", "nope"]])
