@@ -158,13 +158,18 @@ class ModelDrafter:
             return self.graphs.run(static, items)[0]
         return sampler.greedy(self.runner.run(items))[0]
 
+    def _catch_up(self, seq) -> StepItem:
+        """The step's first draft forward for ``seq``: every token the draft's cache lacks (1, or 2 after a step
+        that accepted every draft), so its proposals see the whole committed text."""
+        h = self.history[seq.request_id]
+        return StepItem(seq.request_id, seq.token_ids[h:], h, decode=True)
+
     def draft(self, seqs, items: list[StepItem]) -> None:
         """Feed this step's prefill chunks and propose ``D`` tokens for every verification item (in place)."""
         dec = [(s, it) for s, it in zip(seqs, items) if it.decode and it.num_logits > 1]
         chunks = [StepItem(s.request_id, it.token_ids, it.start, decode=False, num_logits=0)
                   for s, it in zip(seqs, items) if not it.decode]
-        first = [StepItem(s.request_id, s.token_ids[self.history[s.request_id]:], self.history[s.request_id],
-                          decode=True) for s, _ in dec]
+        first = [self._catch_up(s) for s, _ in dec]
         if not dec:
             if chunks:
                 self.runner.run(chunks)

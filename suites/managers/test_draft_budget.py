@@ -7,7 +7,8 @@ the byte budget in proportion to each model's KV bytes per token; a token budget
 import pytest
 
 import kvcm
-from kvcm.draft_budget import split_draft_budget, total_budget_bytes
+from kvcm import draft_budget
+from kvcm.draft_budget import total_budget_bytes
 
 GiB = 2**30
 TARGET = kvcm.ModelSpec.uniform(num_layers=32, num_kv_heads=8, head_dim=128)
@@ -15,7 +16,7 @@ DRAFT = kvcm.ModelSpec.uniform(num_layers=4, num_kv_heads=8, head_dim=128)
 
 
 def _managers(cfg, version, free=80 * GiB):
-    t_cfg, d_cfg = split_draft_budget(cfg, TARGET, DRAFT, free_memory_bytes=free)
+    t_cfg, d_cfg = draft_budget.split_draft_budget(cfg, TARGET, DRAFT, free_memory_bytes=free)
     kw = dict(max_batch_size=64, max_seq_len=4096, max_draft_len=4, device="meta", free_memory_bytes=free)
     return (kvcm.create_kv_cache_manager(version, TARGET, t_cfg, **kw),
             kvcm.create_kv_cache_manager(version, DRAFT, d_cfg, **kw))
@@ -38,12 +39,12 @@ def test_target_and_draft_pools_fit_one_budget(cfg, kvcm_version):
 
 def test_token_budget_is_each_caches_own():
     cfg = kvcm.KvCacheConfig(max_tokens=4096)
-    assert split_draft_budget(cfg, TARGET, DRAFT) == (cfg, cfg)
+    assert draft_budget.split_draft_budget(cfg, TARGET, DRAFT) == (cfg, cfg)
 
 
 def test_fraction_without_free_memory_names_the_field():
     with pytest.raises(kvcm.ConfigError, match="free_memory_bytes"):
-        split_draft_budget(kvcm.KvCacheConfig(free_gpu_memory_fraction=0.5), TARGET, DRAFT)
+        draft_budget.split_draft_budget(kvcm.KvCacheConfig(free_gpu_memory_fraction=0.5), TARGET, DRAFT)
 
 
 def test_engine_caches_share_the_budget():

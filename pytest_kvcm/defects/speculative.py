@@ -1,0 +1,60 @@
+"""Speculative decoding with a draft model: the target's and the draft's caches kept in step.
+
+Two managers serve one request, so every capacity decision happens twice: the budget is split, a preempted
+request leaves both caches, and the draft's cache must hold every committed token before it proposes.
+"""
+
+from __future__ import annotations
+
+from ._registry import defect
+
+_ENGINE = "suites/engine/test_speculative.py::"
+_BUDGET = "suites/managers/test_draft_budget.py::"
+
+
+@defect("draft-budget-claimed-twice", upstream="TensorRT-LLM PR #12188 (target and draft KV cache managers each "
+        "claimed the full max_gpu_total_bytes)",
+        story="the draft's KV cache took the whole memory budget beside the target's: twice the memory asked "
+              "for, out of memory at the first large batch",
+        catchers=(_BUDGET + "test_target_and_draft_pools_fit_one_budget",
+                  _BUDGET + "test_engine_caches_share_the_budget"))
+def draft_budget_claimed_twice(mp):
+    from kvcm import draft_budget
+
+    mp.setattr(draft_budget, "split_draft_budget", lambda cfg, target_spec, draft_spec, **kw: (cfg, cfg))
+
+
+@defect("spec-preempt-keeps-draft", upstream="TensorRT-LLM PR #18093 (target and draft reservations rolled back "
+        "and released together on suspension)",
+        story="a preempted request's pages were freed on the target's cache only: the draft's cache kept them "
+              "and the request's stale draft history, and its re-prefill failed",
+        catchers=(_ENGINE + "test_preemption_with_drafts_in_flight",
+                  _ENGINE + "test_preemption_when_the_draft_cache_runs_out"))
+def spec_preempt_keeps_draft(mp):
+    from kvcm.engine.scheduler import Scheduler
+
+    def preempt(self, victim):
+        self.running.remove(victim)
+        if self.mgr.has_request(victim.request_id):
+            self.mgr.free_resources(victim.request_id)
+        victim.reset_for_recompute()
+        self.waiting.appendleft(victim)
+        self.num_preemptions += 1
+
+    mp.setattr(Scheduler, "_preempt", preempt)
+
+
+@defect("draft-skips-committed-token", upstream="vllm-project/vllm-metal PR #716 (committed tokens not fed to the "
+        "draft model's KV cache)",
+        story="after a step that accepted every draft, the last proposal was never fed to the draft's cache: "
+              "the drafter proposed from a hole in its context and acceptance fell, tokens still right",
+        catchers=(_ENGINE + "test_perfect_drafter_accepts_everything",
+                  _ENGINE + "test_acceptance_length_tripwire"))
+def draft_skips_committed_token(mp):
+    from kvcm.engine.drafters import ModelDrafter
+    from kvcm.engine.runner import StepItem
+
+    def catch_up(self, seq):
+        return StepItem(seq.request_id, [seq.last_token], seq.num_tokens - 1, decode=True)
+
+    mp.setattr(ModelDrafter, "_catch_up", catch_up)
