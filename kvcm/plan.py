@@ -67,6 +67,9 @@ def plan(args, progress: bool | None = None) -> dict:
            "num_extra_kv_tokens": args.extra_kv_tokens, "tokens_per_block": tpb, "dtype": args.dtype,
            "free_gpu_memory_fraction": args.fraction, "max_tokens": args.max_tokens,
            "max_gpu_total_bytes": cfg.max_gpu_total_bytes, "notes": [], "managers": []}
+    draft = _draft_split(args, model, cfg, out)
+    if draft is not None:
+        cfg = draft[1]
     if deepseek and args.version == "both":
         out["notes"].append("DeepSeek-V4 is planned by V2 only (its compressed and sliding-window groups need V2)")
     for version in _progress(versions, progress):
@@ -76,7 +79,14 @@ def plan(args, progress: bool | None = None) -> dict:
                                         max_seq_len=args.max_seq_len, max_num_tokens=args.max_num_tokens,
                                         max_draft_len=args.max_draft_len, num_extra_kv_tokens=args.extra_kv_tokens,
                                         device="meta", free_memory_bytes=int(args.free_gib * GiB),
-                                        two_model=args.two_model)
+                                        two_model=args.two_model or draft is not None)
+            if draft is not None:
+                from .factory import create_kv_cache_manager
+                entry["draft"] = create_kv_cache_manager(
+                    version, draft[0], draft[2], max_batch_size=args.max_batch_size,
+                    max_seq_len=args.max_seq_len + args.max_draft_len, max_num_tokens=args.max_num_tokens,
+                    max_draft_len=args.max_draft_len, device="meta",
+                    free_memory_bytes=int(args.free_gib * GiB)).describe()
         except KvcmError as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
             out["managers"].append(entry)
@@ -131,6 +141,21 @@ def cache_config(*, tpb, max_tokens, max_gpu_total_bytes, fraction, dtype):
         raise ConfigError(f"{option} ({exc.field})" if option else exc.field, exc.value, exc.limit) from None
 
 
+def _draft_split(args, model, cfg, out):
+    """``--draft-model``: (draft spec, target config, draft config), one byte budget split between the two
+    caches by KV bytes per token (``kvcm.draft_budget``); the split goes into ``out["draft_split"]``."""
+    if not getattr(args, "draft_model", None):
+        return None
+    from .draft_budget import split_draft_budget, total_budget_bytes
+
+    draft_spec = load_model(args.draft_model)
+    free = int(args.free_gib * GiB)
+    target_cfg, draft_cfg = split_draft_budget(cfg, model, draft_spec, free_memory_bytes=free)
+    out["draft_split"] = {"draft_model": args.draft_model, "total_bytes": total_budget_bytes(cfg, free),
+                          "target_bytes": target_cfg.max_gpu_total_bytes, "draft_bytes": draft_cfg.max_gpu_total_bytes}
+    return draft_spec, target_cfg, draft_cfg
+
+
 def _progress(versions: list[str], show: bool | None):
     """A bar over the managers being built (estimation cache, warmup, final cache each); on a terminal only."""
     if show is False or len(versions) < 2:
@@ -145,7 +170,22 @@ def _progress(versions: list[str], show: bool | None):
 def render(result: dict) -> str:
     from .plan_text import render as render_text
 
-    return render_text(result)
+    text = render_text(result)
+    split = result.get("draft_split")
+    if split is None:
+        return text
+    if split["total_bytes"] is None:
+        lines = [f"draft model {split['draft_model']}: a token budget, so each cache holds max_tokens"]
+    else:
+        lines = [f"draft model {split['draft_model']}: one budget of {split['total_bytes'] / GiB:.2f} GiB split "
+                 f"by KV bytes per token: target {split['target_bytes'] / GiB:.2f} GiB, draft "
+                 f"{split['draft_bytes'] / GiB:.2f} GiB"]
+    for m in result["managers"]:
+        if "draft" in m:
+            d = m["draft"]
+            lines.append(f"  {m['version']} draft cache: {d['pool_bytes'] / GiB:.2f} GiB, {d['max_tokens']} tokens; "
+                         f"target cache: {m['final']['pool_bytes'] / GiB:.2f} GiB, {m['final']['max_tokens']} tokens")
+    return text + "\n\n" + "\n".join(lines)
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -180,6 +220,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-D", "--max-draft-len", type=int, default=0, help="speculative draft tokens per request per step")
     p.add_argument("-E", "--extra-kv-tokens", type=int, default=0,
                    help="extra KV slots per request (e.g. MTP's extra tokens)")
+    p.add_argument("--draft-model", default=None,
+                   help="a draft model (embedded config or config.json) for two-model speculation: its cache and the "
+                   "target's split one budget (default: none)")
     p.add_argument("--two-model", action="store_true", help="two-model speculation: warm up draft length 0 too (default: off)")
     p.add_argument("--tpb", type=int, default=None, help="tokens per block (default: 32; 128 for DeepSeek-V4)")
     p.add_argument("--dtype", default="bfloat16", help="KV cache dtype (auto: each layer's own)")

@@ -59,3 +59,23 @@ def test_engine_caches_share_the_budget():
               drafter=truncated_drafter(model, 2))
     used = llm.manager.pool_bytes + llm.drafter.manager.pool_bytes
     assert used <= budget, f"target {llm.manager.pool_bytes} + draft {llm.drafter.manager.pool_bytes} > {budget}"
+
+
+def test_plan_shows_the_split(capsys):
+    """``kvcm plan --draft-model``: Llama-3-8B (131072 bytes a token in bf16) and Qwen3-0.6B (114688) split
+    72 GiB (0.9 x 80) in proportion, and both final caches fit their shares."""
+    import json
+
+    import kvcm.cli
+    rc = kvcm.cli.main(["plan", "--model", "llama-3-8b", "--draft-model", "qwen3-0.6b", "-D", "4", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    split = out["draft_split"]
+    total = int(0.9 * 80 * GiB)
+    assert split["total_bytes"] == total
+    assert split["target_bytes"] == total * 131072 // (131072 + 114688)
+    assert split["target_bytes"] + split["draft_bytes"] == total
+    for m in out["managers"]:
+        assert m["final"]["pool_bytes"] + m["draft"]["pool_bytes"] <= total, m["version"]
+    kvcm.cli.main(["plan", "--model", "llama-3-8b", "--draft-model", "qwen3-0.6b", "-D", "4", "--version", "v2"])
+    assert "split by KV bytes per token: target 38.40 GiB, draft 33.60 GiB" in capsys.readouterr().out
