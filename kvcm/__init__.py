@@ -18,7 +18,7 @@ _EXPORTS = {
     "UnknownRequestError": "errors",
     "Estimation": "estimation", "build_with_estimation": "estimation",
     "create_kv_cache_manager": "factory",
-    "DummyRequest": "manager", "MAX_BATCH_SIZE": "manager",
+    "DummyRequest": "manager", "Limits": "limits", "MAX_BATCH_SIZE": "limits",
     "KVCacheManagerV1": "manager_v1",
     "KVCacheManagerV2": "manager_v2",
     "LayerSpec": "model_spec", "ModelSpec": "model_spec",
@@ -48,7 +48,8 @@ if TYPE_CHECKING:  # what static tools and IDEs see; nothing here runs
     from .errors import BudgetExceededError, ConfigError, KvcmError, OutOfPagesError, UnknownRequestError
     from .estimation import Estimation, build_with_estimation
     from .factory import create_kv_cache_manager
-    from .manager import MAX_BATCH_SIZE, DummyRequest
+    from .limits import MAX_BATCH_SIZE, Limits
+    from .manager import DummyRequest
     from .manager_v1 import KVCacheManagerV1
     from .manager_v2 import KVCacheManagerV2
     from .model_spec import LayerSpec, ModelSpec

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .config import BatchDesc, KVCacheDesc
 from .errors import BudgetExceededError, ConfigError
 from .layer_groups import LayerGroup
+from .limits import Limits
 from .units import ceil_div
 
 #: The split used when neither a typical step nor a pool ratio is given: one long request.
@@ -42,25 +43,24 @@ def batch_bytes(batch: BatchDesc, groups: list[LayerGroup], tpb: int) -> int:
     return sum(batch_block_need(batch, g, tpb) * g.bytes_per_block for g in groups)
 
 
-def generic_constraints(*, max_batch_size: int, max_seq_len: int, max_num_tokens: int | None,
-                        max_draft_len: int, num_extra_kv_tokens: int) -> list[NamedConstraint]:
+def generic_constraints(limits: Limits) -> list[NamedConstraint]:
     """Generic V2: only the context (chunked-prefill) constraint, when ``max_num_tokens`` is set.
 
     There is deliberately no longest-decode constraint here: it belongs to DeepSeek-V4 alone (SEMANTICS 6).
     """
-    if max_num_tokens is None:
+    if limits.max_num_tokens is None:
         return []
-    return [NamedConstraint("context", BatchDesc([KVCacheDesc(max_num_tokens + num_extra_kv_tokens, 0)]))]
+    return [NamedConstraint("context", BatchDesc([KVCacheDesc(limits.max_num_tokens + limits.num_extra_kv_tokens,
+                                                              0)]))]
 
 
-def typical_step_batch(avg_seq_len: int, *, max_batch_size: int, max_seq_len: int, max_num_tokens: int | None,
-                       max_draft_len: int, num_extra_kv_tokens: int) -> BatchDesc:
+def typical_step_batch(avg_seq_len: int, limits: Limits) -> BatchDesc:
     """One context request plus ``B - 1`` decoding requests of ``avg_seq_len`` tokens."""
-    if avg_seq_len > max_seq_len:
-        raise ConfigError("avg_seq_len", avg_seq_len, f"must be <= max_seq_len={max_seq_len}")
+    if avg_seq_len > limits.max_seq_len:
+        raise ConfigError("avg_seq_len", avg_seq_len, f"must be <= max_seq_len={limits.max_seq_len}")
     t = avg_seq_len
-    first = KVCacheDesc((max_num_tokens or t) + num_extra_kv_tokens, 0)
-    rest = [KVCacheDesc(t, max(0, t - max_draft_len - 1))] * (max_batch_size - 1)
+    first = KVCacheDesc((limits.max_num_tokens or t) + limits.num_extra_kv_tokens, 0)
+    rest = [KVCacheDesc(t, max(0, t - limits.max_draft_len - 1))] * (limits.max_batch_size - 1)
     return BatchDesc([first, *rest])
 
 

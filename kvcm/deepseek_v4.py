@@ -20,6 +20,7 @@ from pydantic import BeforeValidator, Field
 from .config import BatchDesc, KVCacheDesc, KvCacheConfig
 from .constraints import NamedConstraint
 from .errors import ConfigError
+from .limits import Limits
 from .manager_v2 import KVCacheManagerV2
 from .model_spec import LayerSpec, ModelSpec, PositiveInt
 from .validation import _integer, config_dataclass
@@ -90,14 +91,15 @@ class DeepseekV4Spec:
 class DeepseekV4CacheManager(KVCacheManagerV2):
     version = "v2"
 
-    def __init__(self, spec: DeepseekV4Spec | None = None, kv_cache_config: KvCacheConfig | None = None, *,
-                 max_draft_len: int = 0, **kwargs):
+    def __init__(self, spec: DeepseekV4Spec | None = None, kv_cache_config: KvCacheConfig | None = None,
+                 limits: Limits | None = None, *, free_memory_bytes: int | None = None, **limit_fields):
         spec = spec or DeepseekV4Spec()
         cfg = kv_cache_config or KvCacheConfig(tokens_per_block=128)
         if cfg.tokens_per_block not in (128, 256):
             raise ConfigError("tokens_per_block", cfg.tokens_per_block, "DeepSeek-V4 needs 128 or 256")
         self.v4_spec = spec
-        super().__init__(spec.to_model_spec(max_draft_len), cfg, max_draft_len=max_draft_len, **kwargs)
+        limits = Limits.of(limits, **limit_fields)
+        super().__init__(spec.to_model_spec(limits.max_draft_len), cfg, limits, free_memory_bytes=free_memory_bytes)
 
     def _typical_seq_len(self) -> int:
         """V4 always builds a typical step (unless a pool ratio is set): ``avg_seq_len or max_seq_len``."""

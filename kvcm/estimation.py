@@ -16,6 +16,7 @@ import torch
 
 from .errors import BudgetExceededError
 from .factory import create_kv_cache_manager
+from .limits import Limits
 from .warmup import WarmupReport, plan_warmup
 
 
@@ -61,17 +62,20 @@ def estimate(make_manager: Callable, est_config, *, warm: Callable | None = None
     return described, report
 
 
-def build_with_estimation(version: str, model, kv_cache_config, *, warmup: bool = True, batch_sizes=None,
-                          draft_lens=None, two_model: bool = False, **manager_kwargs) -> Estimation:
+def build_with_estimation(version: str, model, kv_cache_config, limits: Limits | None = None, *,
+                          warmup: bool = True, batch_sizes=None, draft_lens=None, two_model: bool = False,
+                          free_memory_bytes: int | None = None, **limit_fields) -> Estimation:
     """Estimation cache, then final cache, each with the warmup plan (no forwards: the manager alone)."""
+    limits = Limits.of(limits, **limit_fields)
+
     def make(cfg):
-        return create_kv_cache_manager(version, model, cfg, **manager_kwargs)
+        return create_kv_cache_manager(version, model, cfg, limits, free_memory_bytes=free_memory_bytes)
 
     def warm(cache):
         return lambda mgr: plan_warmup(mgr, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model,
                                        cache=cache)
 
-    est_cfg = estimation_config(kv_cache_config).replace(avg_seq_len=manager_kwargs["max_seq_len"])
+    est_cfg = estimation_config(kv_cache_config).replace(avg_seq_len=limits.max_seq_len)
     described, report = estimate(make, est_cfg, warm=warm("estimation") if warmup else None)
     final = make(kv_cache_config)
     warmups = [report, warm("final")(final)] if warmup else []

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from .deepseek_v4 import DeepseekV4CacheManager, DeepseekV4Spec
 from .errors import ConfigError
+from .limits import Limits
 from .manager_v1 import KVCacheManagerV1
 from .manager_v2 import KVCacheManagerV2
 
 VERSIONS = ("v1", "v2", "auto")
+DEFAULT_VERSION = "v1"  # what ``auto`` picks for a model that declares no preference
 
 
 def resolve_version(version: str, model) -> str:
@@ -19,13 +21,17 @@ def resolve_version(version: str, model) -> str:
             raise ConfigError("version", version, "DeepSeek-V4's cache is V2-based; use 'v2' or 'auto'")
         return "v2"
     if version == "auto":
-        return getattr(model, "preferred_manager", None) or "v1"
+        return getattr(model, "preferred_manager", None) or DEFAULT_VERSION
     return version
 
 
-def create_kv_cache_manager(version: str, model, kv_cache_config=None, **kwargs):
+def create_kv_cache_manager(version: str, model, kv_cache_config=None, limits: Limits | None = None, *,
+                            free_memory_bytes: int | None = None, **limit_fields):
+    """A manager of ``version`` for ``model``, sized by ``kv_cache_config`` for ``limits`` (a ``kvcm.Limits``, or
+    its fields as keywords: ``max_batch_size=64, max_seq_len=4096, ...``, as before ``Limits`` existed)."""
     resolved = resolve_version(version, model)
+    limits = Limits.of(limits, **limit_fields)
     if isinstance(model, DeepseekV4Spec):
-        return DeepseekV4CacheManager(model, kv_cache_config, **kwargs)
+        return DeepseekV4CacheManager(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes)
     cls = KVCacheManagerV1 if resolved == "v1" else KVCacheManagerV2
-    return cls(model, kv_cache_config, **kwargs)
+    return cls(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes)

@@ -17,6 +17,7 @@ from .validation import MAX_BATCH_SIZE
 from .errors import ConfigError, OutOfPagesError, UnknownRequestError
 from .block_pool import BlockPool
 from .layer_groups import LayerGroup, build_layer_groups
+from .limits import MAX_BATCH_SIZE, Limits  # noqa: F401  (MAX_BATCH_SIZE: kvcm.MAX_BATCH_SIZE)
 from .model_spec import ModelSpec
 
 
@@ -54,33 +55,20 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
 class BaseKVCacheManager:
     version = "base"
 
-    def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, *, max_batch_size: int,
-                 max_seq_len: int, max_num_tokens: int | None = None, max_draft_len: int = 0,
-                 num_extra_kv_tokens: int = 0, device: str | torch.device = "meta",
-                 free_memory_bytes: int | None = None):
+    def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, limits: Limits | None = None,
+                 *, free_memory_bytes: int | None = None, **limit_fields):
+        """``limits`` (a ``kvcm.Limits``), or its fields as keywords (``max_batch_size=..., max_seq_len=...``)."""
         if not isinstance(model, ModelSpec):
             raise ConfigError("model", type(model).__name__, "must be a kvcm.ModelSpec (or a DeepseekV4Spec through "
                               "create_kv_cache_manager); build one with ModelSpec.from_hf_config")
         if kv_cache_config is not None and not isinstance(kv_cache_config, KvCacheConfig):
             raise ConfigError("kv_cache_config", type(kv_cache_config).__name__, "must be a kvcm.KvCacheConfig or None")
         cfg = kv_cache_config or KvCacheConfig()
-        max_batch_size = validation.count("max_batch_size", max_batch_size, 1, MAX_BATCH_SIZE, "kvcm.MAX_BATCH_SIZE: "
-                                          "batch descriptions and warmup hold one entry per request")
-        max_seq_len = validation.count("max_seq_len", max_seq_len, 1)
-        max_draft_len = validation.count("max_draft_len", max_draft_len)
-        num_extra_kv_tokens = validation.count("num_extra_kv_tokens", num_extra_kv_tokens)
-        max_num_tokens = validation.optional_count("max_num_tokens", max_num_tokens, 1)
+        self.limits = Limits.of(limits, **limit_fields)
         free_memory_bytes = validation.optional_count("free_memory_bytes", free_memory_bytes)
-        try:
-            device = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise ConfigError("device", device, f"must be a torch device ('meta', 'cpu', 'cuda:0'): {exc}") from None
         self.model = model if cfg.dtype == "auto" else model.with_dtype(cfg.dtype)
         self.kv_cache_config = cfg
         self.tokens_per_block = cfg.tokens_per_block
-        self.max_batch_size, self.max_seq_len, self.max_num_tokens = max_batch_size, max_seq_len, max_num_tokens
-        self.max_draft_len, self.num_extra_kv_tokens = max_draft_len, num_extra_kv_tokens
-        self.device = torch.device(device)
         self.free_memory_bytes = _free_memory(self.device, free_memory_bytes)
         self.layer_groups: list[LayerGroup] = self._build_groups()
         self._group_of_layer = {li: g.index for g in self.layer_groups for li in g.layers}
@@ -97,6 +85,14 @@ class BaseKVCacheManager:
         self.pools = [BlockPool(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
         self._seqs: dict[object, _Sequence] = {}
         self._views: dict[int, torch.Tensor] = {}
+
+    # ---- the limits, read through ---------------------------------------------------------------------------
+    max_batch_size = property(lambda self: self.limits.max_batch_size)
+    max_seq_len = property(lambda self: self.limits.max_seq_len)
+    max_num_tokens = property(lambda self: self.limits.max_num_tokens)
+    max_draft_len = property(lambda self: self.limits.max_draft_len)
+    num_extra_kv_tokens = property(lambda self: self.limits.num_extra_kv_tokens)
+    device = property(lambda self: self.limits.device)
 
     # ---- sizing, overridden ---------------------------------------------------------------------------------
     def _build_groups(self) -> list[LayerGroup]:

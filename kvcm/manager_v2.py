@@ -25,12 +25,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
         return self.kv_cache_config.avg_seq_len
 
     def _named_constraints(self) -> list[NamedConstraint]:
-        return generic_constraints(**self._shape())
-
-    def _shape(self) -> dict:
-        return dict(max_batch_size=self.max_batch_size, max_seq_len=self.max_seq_len,
-                    max_num_tokens=self.max_num_tokens, max_draft_len=self.max_draft_len,
-                    num_extra_kv_tokens=self.num_extra_kv_tokens)
+        return generic_constraints(self.limits)
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block
@@ -39,7 +34,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
         if cfg.pool_ratio is None:
             named = self._named_constraints()
             t = self._typical_seq_len()
-            self.typical_step = None if t is None else typical_step_batch(t, **self._shape())
+            self.typical_step = None if t is None else typical_step_batch(t, self.limits)
         else:
             named = []  # an explicit ratio is used as given: no floors, no typical step
         self.constraint_names = [c.name for c in named]

@@ -53,6 +53,7 @@ def plan(args, progress: bool | None = None) -> dict:
     model = load_model(args.model)
     from .errors import KvcmError
     from .estimation import build_with_estimation
+    from .limits import Limits
 
     deepseek = is_deepseek_v4(model)
     if deepseek and args.version == "v1":
@@ -75,18 +76,15 @@ def plan(args, progress: bool | None = None) -> dict:
     for version in _progress(versions, progress):
         entry = {"version": version}
         try:
-            est = build_with_estimation(version, model, cfg, max_batch_size=args.max_batch_size,
-                                        max_seq_len=args.max_seq_len, max_num_tokens=args.max_num_tokens,
-                                        max_draft_len=args.max_draft_len, num_extra_kv_tokens=args.extra_kv_tokens,
-                                        device="meta", free_memory_bytes=int(args.free_gib * GiB),
+            limits = Limits(args.max_batch_size, args.max_seq_len, args.max_num_tokens, args.max_draft_len,
+                            args.extra_kv_tokens, device="meta")
+            est = build_with_estimation(version, model, cfg, limits, free_memory_bytes=int(args.free_gib * GiB),
                                         two_model=args.two_model or draft is not None)
             if draft is not None:
                 from .factory import create_kv_cache_manager
-                entry["draft"] = create_kv_cache_manager(
-                    version, draft[0], draft[2], max_batch_size=args.max_batch_size,
-                    max_seq_len=args.max_seq_len + args.max_draft_len, max_num_tokens=args.max_num_tokens,
-                    max_draft_len=args.max_draft_len, device="meta",
-                    free_memory_bytes=int(args.free_gib * GiB)).describe()
+                draft_limits = limits.replace(max_seq_len=args.max_seq_len + args.max_draft_len, num_extra_kv_tokens=0)
+                entry["draft"] = create_kv_cache_manager(version, draft[0], draft[2], draft_limits,
+                                                         free_memory_bytes=int(args.free_gib * GiB)).describe()
         except KvcmError as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
             out["managers"].append(entry)

@@ -3,7 +3,9 @@
 A test that asks for the ``kvcm_version`` fixture (directly or through ``kvcm_manager_factory``) is
 parametrized with ids ``[v1]`` / ``[v2]`` under ``both``. ``@pytest.mark.kvcm_versions("v2")`` narrows a test;
 when the run excludes every version a test allows, the test is deselected (with the reason in the summary),
-not failed. ``auto`` runs each test once with the version the model declares (V1 where none is declared).
+not failed. ``auto`` runs each test once with the version the model declares (V1 where none is declared):
+``kvcm_manager_factory`` asks kvcm per model, and the ``kvcm_version`` fixture is always a concrete version
+(``v1``/``v2``), the one ``auto`` picks for a model with no preference, so no test maps ``auto`` itself.
 """
 
 from __future__ import annotations
@@ -80,28 +82,40 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_line(f"  {nodeid} runs only on {', '.join(allowed)}")
 
 
-@pytest.fixture
-def kvcm_version(request) -> str:
-    """The manager version this test instance runs with: 'v1', 'v2' or 'auto'."""
+def _requested(request) -> str:
     return getattr(request, "param", None) or selected_versions(request.config)[0]
 
 
-class ManagerFactory:
-    """Builds managers of the test's version; ``managers`` keeps every one made, for assertions after the fact."""
+@pytest.fixture
+def kvcm_version(request) -> str:
+    """The manager version this test instance runs with: 'v1' or 'v2' (``auto`` resolved as kvcm resolves it
+    for a model that declares no preference)."""
+    from kvcm.factory import DEFAULT_VERSION
 
-    def __init__(self, version: str):
+    requested = _requested(request)
+    return DEFAULT_VERSION if requested == "auto" else requested
+
+
+class ManagerFactory:
+    """Builds managers of the test's version; ``managers`` keeps every one made, for assertions after the fact.
+    Under ``auto`` each manager gets the version its model declares (``requested`` stays ``auto``)."""
+
+    def __init__(self, version: str, requested: str | None = None):
         self.version = version
+        self.requested = requested or version
         self.managers = []
 
-    def __call__(self, model, kv_cache_config=None, **kwargs):
+    def __call__(self, model, kv_cache_config=None, limits=None, **kwargs):
         import kvcm
 
-        manager = kvcm.create_kv_cache_manager(self.version, model, kv_cache_config, **kwargs)
+        manager = kvcm.create_kv_cache_manager(self.requested, model, kv_cache_config, limits, **kwargs)
         self.managers.append(manager)
         return manager
 
 
 @pytest.fixture
-def kvcm_manager_factory(kvcm_version) -> ManagerFactory:
-    """``kvcm_manager_factory(model_spec, kv_cache_config, max_batch_size=..., max_seq_len=..., ...)``."""
-    return ManagerFactory(kvcm_version)
+def kvcm_manager_factory(request, kvcm_version) -> ManagerFactory:
+    """``kvcm_manager_factory(model_spec, kv_cache_config, limits)`` (or the limits as keywords:
+    ``max_batch_size=..., max_seq_len=..., ...``)."""
+    auto = selected_versions(request.config) == ["auto"] and _allowed(request.node) is None
+    return ManagerFactory(kvcm_version, "auto" if auto else kvcm_version)

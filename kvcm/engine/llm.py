@@ -12,6 +12,7 @@ import torch
 
 from ..config import KvCacheConfig
 from ..factory import create_kv_cache_manager
+from ..limits import Limits
 from ..model_spec import ModelSpec
 from ..units import human_bytes
 from .. import draft_budget
@@ -88,16 +89,15 @@ class LLM:
         """
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
-        self.device = torch.device(device)
-        self.max_batch_size, self.max_seq_len, self.max_num_tokens = max_batch_size, max_seq_len, max_num_tokens
+        if drafter is not None and (not isinstance(max_draft_len, int) or max_draft_len < 1):
+            raise ValueError(f"drafter={drafter!r} needs max_draft_len >= 1, got {max_draft_len!r}")
+        # the one bundle every cache this engine builds is sized for (a draft cache: max_seq_len + D)
+        self.limits = Limits(max_batch_size, max_seq_len, max_num_tokens, max_draft_len, device=device)
         if kv_cache_config is None:
             kv_cache_config = default_kv_cache_config(model, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
                                                       device=device, max_num_tokens=max_num_tokens)
         self.kv_cache_config = kv_cache_config
         self.manager_version = manager_version
-        self.max_draft_len = max_draft_len
-        if drafter is not None and (not isinstance(max_draft_len, int) or max_draft_len < 1):
-            raise ValueError(f"drafter={drafter!r} needs max_draft_len >= 1, got {max_draft_len!r}")
         self.model_spec = ModelSpec.from_hf_config(model.config)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         draft_model = drafter if isinstance(drafter, torch.nn.Module) else None
@@ -161,12 +161,14 @@ class LLM:
                 f"max_batch_size={self.max_batch_size}, max_seq_len={self.max_seq_len})")
 
     def _factory(self, version, spec, max_seq_len):
-        kw = dict(self.manager_kwargs(), max_seq_len=max_seq_len)
-        return lambda cfg: create_kv_cache_manager(version, spec, cfg, **kw)
+        limits = self.limits.replace(max_seq_len=max_seq_len)
+        return lambda cfg: create_kv_cache_manager(version, spec, cfg, limits)
 
-    def manager_kwargs(self) -> dict:
-        return dict(max_batch_size=self.max_batch_size, max_seq_len=self.max_seq_len,
-                    max_num_tokens=self.max_num_tokens, max_draft_len=self.max_draft_len, device=self.device)
+    max_batch_size = property(lambda self: self.limits.max_batch_size)
+    max_seq_len = property(lambda self: self.limits.max_seq_len)
+    max_num_tokens = property(lambda self: self.limits.max_num_tokens)
+    max_draft_len = property(lambda self: self.limits.max_draft_len)
+    device = property(lambda self: self.limits.device)
 
     def close(self) -> None:
         """Drop graphs and give the engine's own pages (the graph pad request) back to the managers."""

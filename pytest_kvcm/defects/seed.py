@@ -90,8 +90,8 @@ def context_constraint_ignores_extra(mp):
 
     original = v2.generic_constraints
 
-    def generic(**kw):
-        return original(**{**kw, "num_extra_kv_tokens": 0})
+    def generic(limits):
+        return original(limits.replace(num_extra_kv_tokens=0))
 
     mp.setattr(v2, "generic_constraints", generic)
 

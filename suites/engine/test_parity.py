@@ -51,11 +51,10 @@ def mistral():
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3", "qwen2"])
 def test_engine_matches_hf_generate(arch, kvcm_version, greedy_parity):
-    version = "v2" if kvcm_version == "auto" else kvcm_version
     model, _ = tiny_model(arch)
     prompts = random_prompts(0, [5, 9, 17, 30])
-    greedy_parity(hf(model), engine(model, version), prompts, names=("hf", version), model=f"tiny-{arch}",
-                  kvcm_version=version)
+    greedy_parity(hf(model), engine(model, kvcm_version), prompts, names=("hf", kvcm_version), model=f"tiny-{arch}",
+                  kvcm_version=kvcm_version)
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["whole_prefill", "chunked_prefill"])

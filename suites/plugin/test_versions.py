@@ -8,13 +8,13 @@ TESTS = """
 import pytest
 
 def test_any(kvcm_version):
-    assert kvcm_version in ("v1", "v2", "auto")
+    assert kvcm_version in ("v1", "v2")  # auto arrives resolved
 
 def test_factory(kvcm_manager_factory):
     import kvcm
     m = kvcm_manager_factory(kvcm.ModelSpec.uniform(2, 2, 8), kvcm.KvCacheConfig(max_tokens=64),
                              max_batch_size=2, max_seq_len=64)
-    assert m.version == (kvcm_manager_factory.version if kvcm_manager_factory.version != "auto" else "v1")
+    assert m.version == kvcm_manager_factory.version
 
 @pytest.mark.kvcm_versions("v2")
 def test_v2_only(kvcm_version):
@@ -64,6 +64,25 @@ def test_auto_runs_once(pytester):
     ids, _ = collected(pytester)
     assert "test_user.py::test_any[auto]" in ids
     pytester.runpytest_inprocess().stdout.fnmatch_lines(["kvcm versions: auto"])
+
+
+def test_auto_reaches_tests_resolved_and_the_factory_follows_the_model(pytester):
+    """Under ``auto`` no test sees the string 'auto': the fixture gives kvcm's choice for a model without a
+    preference, and the factory gives each model the version it declares."""
+    pytester.makepyfile(test_auto="""
+        import dataclasses
+        import kvcm
+
+        def test_resolved(kvcm_version, kvcm_manager_factory):
+            assert kvcm_version == "v1"
+            plain = kvcm.ModelSpec.uniform(2, 2, 8)
+            prefers_v2 = dataclasses.replace(plain, preferred_manager="v2")
+            limits = kvcm.Limits(max_batch_size=2, max_seq_len=64)
+            cfg = kvcm.KvCacheConfig(max_tokens=64)
+            assert kvcm_manager_factory(plain, cfg, limits).version == "v1"
+            assert kvcm_manager_factory(prefers_v2, cfg, limits).version == "v2"
+    """)
+    pytester.runpytest_inprocess("--kvcm-version=auto").assert_outcomes(passed=1)
 
 
 def test_bad_version_is_a_usage_error(pytester):
