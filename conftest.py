@@ -12,3 +12,13 @@ for _name in kvcm.__all__:  # kvcm loads its modules on first use; load every pu
     getattr(kvcm, _name)
 
 pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config):
+    """README.md's code blocks run as tests (pytest-codeblocks, the test extra; README.md is in testpaths).
+
+    Switched on here rather than by ``--codeblocks`` in addopts, so a machine without the plugin (a GPU image
+    running its lane) still parses the command line.
+    """
+    if hasattr(config.option, "codeblocks"):
+        config.option.codeblocks = True
