@@ -18,4 +18,5 @@ pytest_plugins = [
     "pytest_kvcm.accuracy.plugin",  # --kvcm-accuracy, --kvcm-gsm8k, gate fixtures
     "pytest_kvcm.results",  # --kvcm-results, the SQLite results store
     "pytest_kvcm.progress",  # the kvcm_progress fixture: bars that show while output is captured
+    "pytest_kvcm.startup_checks",  # every option and input file checked at start-up
 ]

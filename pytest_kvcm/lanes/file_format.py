@@ -186,9 +186,10 @@ def load_lane(path: Path, rootpath: Path | None = None) -> Lane:
     name = path.stem
     shown = rel_path(path, rootpath)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_text(path, shown))
     except yaml.YAMLError as e:
-        raise pytest.UsageError(f"lane file {shown}: invalid YAML: {e}") from None
+        raise pytest.UsageError(f"lane file {yaml_where(e, shown)}: invalid YAML: {getattr(e, 'problem', None) or e}") \
+            from None
     if not isinstance(data, dict) or name not in data:
         found = sorted(k for k in data if k != "version") if isinstance(data, dict) else type(data).__name__
         raise pytest.UsageError(f"lane file {shown}: expected a context named {name!r} (the file's name); found {found}")
@@ -282,7 +283,7 @@ def pick_auto(lane_dir: Path, keys: dict[str, Any], rootpath: Path | None = None
 def load_waives(path: Path, rootpath: Path | None = None) -> list[Entry]:
     shown = rel_path(path, rootpath)
     entries = []
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
+    for n, line in enumerate(read_text(path, shown).splitlines(), start=1):
         entry = parse_entry(line, f"{shown}:{n}")
         if entry is None:
             continue
@@ -291,6 +292,23 @@ def load_waives(path: Path, rootpath: Path | None = None) -> list[Entry]:
                                     f"given {line.strip()!r}")
         entries.append(entry)
     return entries
+
+
+def read_text(path: Path, shown: str) -> str:
+    """A lane, waive or reference file's text; a file that is not UTF-8 is a usage error naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise pytest.UsageError(f"{shown}:{line}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise pytest.UsageError(f"{shown}: cannot read ({e.strerror})") from None
+
+
+def yaml_where(error, shown: str) -> str:
+    """``file:line`` of a YAML error (its problem mark is 0-based), or the file alone."""
+    mark = getattr(error, "problem_mark", None)
+    return f"{shown}:{mark.line + 1}" if mark is not None else shown
 
 
 def rel_path(path: Path, rootpath: Path | None) -> str:

@@ -1,0 +1,152 @@
+"""Every option and input file of the plugin is checked when pytest starts, not when a test first reads it.
+
+Several options are read lazily (the GSM8K data by the first accuracy test, the results store by the first
+record, the simulated machine by the first lane condition), so a bad value used to surface minutes later as an
+``INTERNALERROR`` or a trace from deep inside ``datasets``/``sqlite3``, or not at all. Here each is checked in
+``pytest_configure`` and a bad one stops the run with a ``pytest.UsageError`` naming the option, the value and,
+for a file, the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .lanes.file_format import read_text, yaml_where
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from . import sharding, versions
+
+    versions.selected_versions(config)
+    sharding.gpus_per_worker(config)
+    _check_results(config)
+    _check_gsm8k(config)
+    _check_references(config)
+    _check_machine(config)
+
+
+def _check_results(config: pytest.Config) -> None:
+    from .results import results_path
+
+    path = results_path(config)
+    if path is None:
+        return
+    where = f"--kvcm-results={path}"
+    if path.is_dir():
+        raise pytest.UsageError(f"{where}: is a directory; give the SQLite file's path")
+    if path.is_file():
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+        if head and head != SQLITE_HEADER:
+            raise pytest.UsageError(f"{where}: exists but is not an SQLite database (first bytes {head[:8]!r})")
+        return
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
+        raise pytest.UsageError(f"{where}: cannot be created ({parent} is not a writable directory)")
+
+
+def _check_gsm8k(config: pytest.Config) -> None:
+    limit = config.getoption("kvcm_gsm8k_limit", None)
+    if limit is not None and limit < 1:
+        raise pytest.UsageError(f"--kvcm-gsm8k-limit={limit}: must be >= 1")
+    source = config.getoption("kvcm_gsm8k", None)
+    if not source:
+        return
+    from .accuracy.gsm8k import _split_file
+
+    path = Path(os.path.expanduser(source))
+    where = f"--kvcm-gsm8k={source}"
+    if path.is_dir():
+        found = _split_file(path, "test")
+        if found is None:
+            raise pytest.UsageError(f"{where}: the directory has no test.jsonl, test.json, test.parquet or "
+                                    "**/test-*.parquet")
+        files = [found[1]] if isinstance(found[1], str) else found[1]
+        train = _split_file(path, "train")
+        if train is not None:
+            files += [train[1]] if isinstance(train[1], str) else train[1]
+    elif path.is_file():
+        files = [str(path)]
+    elif str(source).startswith((".", "/", "~")) or path.suffix in (".jsonl", ".json", ".parquet"):
+        raise pytest.UsageError(f"{where}: no such file or directory")
+    else:
+        return  # a hub id: only the hub can tell
+    for file in files:
+        _check_gsm8k_file(Path(file), where)
+
+
+def _check_gsm8k_file(path: Path, where: str) -> None:
+    """Rows of ``question`` and ``answer`` strings, as the loader needs them."""
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            names = set(pq.read_schema(path).names)
+        except Exception as e:  # noqa: BLE001 - any unreadable parquet is the user's file, not a plugin bug
+            raise pytest.UsageError(f"{where}: {path} is not a readable parquet file ({type(e).__name__}: {e})") \
+                from None
+        if not {"question", "answer"} <= names:
+            raise pytest.UsageError(f"{where}: {path} needs columns 'question' and 'answer'; has {sorted(names)}")
+        return
+    text = read_text(path, f"{where}: {path}")
+    try:  # a .json file may hold one array of rows
+        whole = json.loads(text)
+        rows = [(1, r) for r in whole] if isinstance(whole, list) else None
+    except json.JSONDecodeError:
+        rows = None
+    if rows is None:
+        rows = []
+        for n, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((n, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise pytest.UsageError(f"{where}: {path}:{n}: not a JSON object ({e.msg})") from None
+    if not rows:
+        raise pytest.UsageError(f"{where}: {path} holds no rows")
+    for n, row in rows:
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("question", "answer")):
+            raise pytest.UsageError(f"{where}: {path}:{n}: a row needs string 'question' and 'answer' fields; "
+                                    f"got {str(row)[:80]}")
+
+
+def _check_references(config: pytest.Config) -> None:
+    opt = config.getoption("kvcm_references", None)
+    if not opt:
+        return
+    root = Path(os.path.expanduser(opt))
+    if not root.is_dir():
+        raise pytest.UsageError(f"--kvcm-references={opt}: no such directory")
+    for path in sorted(root.glob("*.yaml")):
+        shown = str(path)
+        try:
+            data = yaml.safe_load(read_text(path, shown))
+        except yaml.YAMLError as e:
+            raise pytest.UsageError(f"--kvcm-references: {yaml_where(e, shown)}: invalid YAML: "
+                                    f"{getattr(e, 'problem', None) or e}") from None
+        if data is not None and not isinstance(data, dict):
+            raise pytest.UsageError(f"--kvcm-references: {shown}:1: top level must map model name -> list of "
+                                    f"entries, got {type(data).__name__}")
+
+
+def _check_machine(config: pytest.Config) -> None:
+    from .machine import _override_text, from_override
+
+    override = _override_text(config)
+    if override is None:
+        return
+    text, source = override
+    if not text.strip().startswith("{") and Path(text.strip()).is_file():
+        read_text(Path(text.strip()), f"{source}={text.strip()}")  # not UTF-8: a usage error naming the file
+    try:
+        from_override(text, source=source)
+    except (ValueError, TypeError) as e:
+        raise pytest.UsageError(f"{source}={text.strip()!r}: {e}") from None
