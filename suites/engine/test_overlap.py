@@ -3,7 +3,9 @@
 Overlapped, step n + 1 is scheduled and launched before step n's tokens are read: its decodes carry
 placeholders that the runner swaps for step n's tokens, and a sequence whose token stops it runs one step too
 many. So the cases that matter are sequences stopping at different steps on a token (not only on a length),
-preemption by recompute while a token is on the way, chunked prefill, and the static (graph) path.
+preemption by recompute while a token is on the way, chunked prefill, and the static (graph) path. A length
+limit needs no token, so no request may run a step past it (vLLM PR #27922;
+``--kvcm-inject=async-scheduling-past-max-tokens`` puts that defect back).
 """
 import pytest
 
@@ -86,3 +88,19 @@ def test_placeholders_are_resolved_on_the_device_side():
 def test_overlap_stays_off_for_speculative_decoding():
     model, _ = tiny_model("llama", seed=2)
     assert not _llm(model, "v2", overlap=True, max_draft_len=2).pipeline.overlap
+
+
+@pytest.mark.parametrize("case", ["plain", "static-path"])
+def test_no_step_past_a_length_limit(kvcm_version, case):
+    """Every request stops on its length limit: each runs exactly max_new_tokens - 1 decodes (the first token
+    comes from its prefill), overlapped as serial; one more is a step scheduled past max_tokens."""
+    model, _ = tiny_model("llama", seed=2)
+    prompts = random_prompts(12, (5, 23, 9, 14, 30, 3))
+    n = 10
+    llm = _llm(model, kvcm_version, overlap=True, trace=True, **CASES[case])
+    outs = llm.generate(prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))
+    assert all(len(o.token_ids) == n and o.finish_reason == "length" for o in outs)
+    decodes = sum(r.phase == "decode" for r in llm.trace)
+    assert decodes == len(prompts) * (n - 1), (
+        f"{decodes} decode forwards for {len(prompts)} requests of {n} tokens: "
+        f"{decodes - len(prompts) * (n - 1)} past the length limit")
