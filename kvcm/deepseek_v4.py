@@ -1,13 +1,15 @@
-"""DeepSeek-V4's cache: compressed, indexer and sliding roles, and the longest-decode constraint (SEMANTICS 5).
+"""DeepSeek-V4's cache: compressed, indexer and sliding roles, and the longest-decode constraint
+(docs/semantics.md 5, after TensorRT-LLM's ``deepseek_v4/cache_manager.py``).
 
 Every layer keeps a sliding window of W + D latent tokens. A layer with compress ratio r = 4 (compressed
-sparse attention) also keeps compressed entries (one per 4 tokens) for its whole length plus its indexer's, and
-fp32 compressor states for the last ``2 * 4 + D`` tokens; r = 128 (heavily compressed) keeps one compressed
-entry per 128 tokens and its compressor states inside the sliding window. Roles with the same life cycle share
-one pool, so V4 has up to three groups: full length, window ``W + D`` and window ``8 + D``.
+sparse attention) also keeps compressed entries (one per 4 tokens) for its whole length plus its indexer's
+(fp8 keys with per-128 fp32 scales), and fp32 overlap-compressor states, twice as wide, for the last
+``2 * 4 + D`` tokens; r = 128 (heavily compressed) keeps one compressed entry per 128 tokens and its compressor
+states inside the sliding window. Roles with the same life cycle share one pool, so V4 has up to three groups,
+numbered as first seen: window ``W + D``, full length, window ``8 + D``.
 
 The longest-decode constraint lives here and only here: in generic V2 it inflated every ordinary model's
-estimation pool past its budget (SEMANTICS 6).
+estimation pool past its budget (docs/semantics.md 6).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class DeepseekV4Spec:
     index_head_dim: PositiveInt = 128
     max_position_embeddings: PositiveInt = 1048576
     name: str = "DeepSeek-V4-Flash"
+    indexer_k_dtype: Literal["fp8", "fp4"] = "fp8"
 
     @classmethod
     def from_hf_config(cls, config) -> "DeepseekV4Spec":
@@ -62,28 +65,50 @@ class DeepseekV4Spec:
                    int(cfg.get("index_head_dim", 128)), int(cfg.get("max_position_embeddings", 1048576)),
                    cfg.get("_name_or_path") or "deepseek_v4")
 
+    def layer_ratios(self, max_draft_len: int) -> tuple[int, ...]:
+        """Per cached layer its ratio: with drafts, ``D - 1`` MTP layers that repeat the last layer's ratio are
+        cached too (TensorRT-LLM's ``DeepseekV4CacheManager.__init__``)."""
+        extra = max(0, max_draft_len - 1)
+        return self.compress_ratios + (self.compress_ratios[-1],) * extra
+
+    @staticmethod
+    def state_factor(ratio: int) -> int:
+        """The ratio-4 compressor overlaps its windows: its states are twice as wide (``is_overlap_compressor``)."""
+        return 2 if ratio == 4 else 1
+
+    def indexer_entry_bytes(self) -> int:
+        """One compressed indexer key: fp8 values plus one fp32 scale per 128 (``fp4``: packed E2M1 values
+        plus one byte per 32), TensorRT-LLM's ``get_token_bytes`` for INDEXER_COMPRESS."""
+        ihd = self.index_head_dim
+        return ihd + ihd // 128 * 4 if self.indexer_k_dtype == "fp8" else ihd // 2 + ihd // 32
+
     def to_model_spec(self, max_draft_len: int) -> ModelSpec:
-        """One LayerSpec per stored role; the KV dtype comes from the cache config, compressor states are fp32."""
-        w, d = self.window_size + max_draft_len, max_draft_len
+        """One LayerSpec per stored role, in TensorRT-LLM's order (``_build_cache_config``).
+
+        Widths follow ``get_attn_dim``: the ratio-4 compressor overlaps its windows, so its compressor and
+        indexer-compressor states are twice as wide; they are fp32 whatever the cache dtype. Compressed roles
+        keep ``tpb // ratio`` entries a block. The KV dtype of SWA and COMPRESS comes from the cache config.
+        """
+        w, d, hd, ihd = self.window_size + max_draft_len, max_draft_len, self.head_dim, self.index_head_dim
         roles: list[LayerSpec] = []
 
-        def add(layer, role, width, *, window=None, ratio=1, fp32=False):
-            roles.append(LayerSpec(1, width, torch.float32 if fp32 else torch.bfloat16, window, compress_ratio=ratio,
-                                   role=role, model_layer=layer, fixed_dtype=fp32))
+        def add(layer, role, width, *, window=None, ratio=1, dtype=None):
+            roles.append(LayerSpec(1, width, dtype or torch.bfloat16, window, compress_ratio=ratio, role=role,
+                                   model_layer=layer, fixed_dtype=dtype is not None))
 
-        for i, r in enumerate(self.compress_ratios):
-            add(i, "SWA", self.head_dim, window=w)
+        for i, r in enumerate(self.layer_ratios(max_draft_len)):
+            state = self.state_factor(r)
+            add(i, "SWA", hd, window=w)
             if r == 4:
-                add(i, "COMPRESS", self.head_dim, ratio=4)
-                add(i, "INDEXER_COMPRESS", self.index_head_dim, ratio=4)
-                for role, width in (("COMPRESSOR_KV", self.head_dim), ("COMPRESSOR_SCORE", self.head_dim),
-                                    ("INDEXER_COMPRESSOR_KV", self.index_head_dim),
-                                    ("INDEXER_COMPRESSOR_SCORE", self.index_head_dim)):
-                    add(i, role, width, window=2 * 4 + d, fp32=True)
+                add(i, "COMPRESS", hd, ratio=4)
+                add(i, "INDEXER_COMPRESS", self.indexer_entry_bytes(), ratio=4, dtype=torch.float8_e4m3fn)
+                for role, width in (("COMPRESSOR_KV", hd), ("COMPRESSOR_SCORE", hd), ("INDEXER_COMPRESSOR_KV", ihd),
+                                    ("INDEXER_COMPRESSOR_SCORE", ihd)):
+                    add(i, role, state * width, window=state * r + d, dtype=torch.float32)
             elif r == 128:
-                add(i, "COMPRESSOR_KV", self.head_dim, window=w, fp32=True)
-                add(i, "COMPRESSOR_SCORE", self.head_dim, window=w, fp32=True)
-                add(i, "COMPRESS", self.head_dim, ratio=128)
+                add(i, "COMPRESSOR_KV", state * hd, window=w, dtype=torch.float32)
+                add(i, "COMPRESSOR_SCORE", state * hd, window=w, dtype=torch.float32)
+                add(i, "COMPRESS", hd, ratio=128)
         return ModelSpec(tuple(roles), name=self.name, max_position_embeddings=self.max_position_embeddings,
                          preferred_manager="v2")
 

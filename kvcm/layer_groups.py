@@ -1,7 +1,7 @@
 """Layer groups: layers that share one life cycle, and the block arithmetic of that life cycle.
 
 Full-attention groups keep every block of a request. A sliding-window group of window W (with S sink tokens)
-can drop blocks that no future query will read: SEMANTICS 4.1 gives the stale range at history h as
+can drop blocks that no future query will read: docs/semantics.md 4.1 gives the stale range at history h as
 ``[min(ceil(h/tpb), sink_blocks), max(that, (h + 1 - W) // tpb))``; the ``+1`` is the in-flight token.
 """
 
@@ -53,7 +53,8 @@ class LayerGroup:
 
 
 def build_layer_groups(spec: ModelSpec, tpb: int) -> list[LayerGroup]:
-    """Group layers by life cycle (window, sinks), full attention first, in order of first appearance."""
+    """Group layers by life cycle (window, sinks), numbered in order of first appearance, as TensorRT-LLM's
+    ``LifeCycleRegistry`` numbers them: a ``pool_ratio`` copied from a real config weights the same groups."""
     keys: list[tuple] = []
     members: dict[tuple, list[int]] = {}
     for i, layer in enumerate(spec.layers):
@@ -62,8 +63,6 @@ def build_layer_groups(spec: ModelSpec, tpb: int) -> list[LayerGroup]:
             keys.append(key)
             members[key] = []
         members[key].append(i)
-    order = {k: i for i, k in enumerate(keys)}
-    keys.sort(key=lambda k: (k[0] is not None, order[k]))
     groups = []
     for gi, key in enumerate(keys):
         offsets, offset = {}, 0

@@ -246,6 +246,10 @@ class BaseKVCacheManager:
     def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
         raise NotImplementedError
 
+    def _roles(self, group: LayerGroup) -> list[str]:
+        """What a group's layers store, first seen first (``KV`` for ordinary models)."""
+        return list(dict.fromkeys(self.model.layers[i].role for i in group.layers))
+
     def describe(self) -> dict:
         """Pools, constraints and sizes as plain data (for `kvcm plan` and reports)."""
         tpb = self.tokens_per_block
@@ -255,9 +259,10 @@ class BaseKVCacheManager:
             "budget_bytes": self.budget_bytes,
             "pool_bytes": self.pool_bytes,
             "max_tokens": self.max_tokens,
-            "groups": [{"index": g.index, "name": g.name, "window": g.window, "layers": len(g.layers),
-                        "num_blocks": g.num_blocks, "bytes_per_block": g.bytes_per_block,
-                        "bytes": g.num_blocks * g.bytes_per_block} for g in self.layer_groups],
+            "groups": [{"index": g.index, "name": g.name, "label": f"{g.index} {g.name}", "window": g.window,
+                        "layers": len(g.layers), "roles": self._roles(g), "num_blocks": g.num_blocks,
+                        "bytes_per_block": g.bytes_per_block, "bytes": g.num_blocks * g.bytes_per_block}
+                       for g in self.layer_groups],
             "constraints": [{"name": n, "requests": _batch_summary(c)}
                             for n, c in zip(self.constraint_names, self.constraints)],
             "typical_step": None if self.typical_step is None else _batch_summary(self.typical_step),

@@ -97,6 +97,12 @@ def cache_lines(title: str, d: dict, short: int) -> list[str]:
         window = f"{g['window']:,}" if g["window"] else "-"
         lines.append(f"    {name:<{width}}{window:>8}{g['layers']:>8}{g['num_blocks']:>10,}"
                      f"{size(g['bytes_per_block']):>11}{size(g['bytes']):>11}")
+    if len(d["groups"]) > 1:
+        lines.append("    groups numbered in first-seen layer order, as TensorRT-LLM numbers life cycles (pool_ratio "
+                     "follows it)")
+    for g in d["groups"]:
+        if g.get("roles", ["KV"]) != ["KV"]:
+            lines.append(f"      {g['index']}: {', '.join(g['roles'])}: {g['bytes_per_block']:,} bytes a block")
     if d["constraints"]:
         lines.append("    must always fit (each constraint puts a floor under every group's pool):")
         for c in d["constraints"]:

@@ -35,3 +35,56 @@ def available_tokens_from_free_blocks(mp):
         return max((b * tpb for b in range(ceil_div(upper, tpb)) if fits(b * tpb)), default=0)
 
     mp.setattr(KVCacheManagerV2, "_clamp", clamp)
+
+
+@defect("v4-compressor-not-overlapped",
+        upstream="TensorRT-LLM tensorrt_llm/_torch/attention/backends/sparse/deepseek_v4/cache_manager.py "
+                 "(get_attn_dim: state_factor 2 for is_overlap_compressor)",
+        story="DeepSeek-V4's ratio-4 compressor sized as a plain one: its fp32 states half as wide, the window-8 "
+              "pool half the bytes TensorRT-LLM gives it",
+        catchers=("suites/managers/test_formulas.py", "suites/managers/test_budget.py"))
+def v4_compressor_not_overlapped(mp):
+    from kvcm.deepseek_v4 import DeepseekV4Spec
+
+    mp.setattr(DeepseekV4Spec, "state_factor", staticmethod(lambda ratio: 1))
+
+
+@defect("v4-indexer-keys-bf16",
+        upstream="TensorRT-LLM tensorrt_llm/_torch/attention/backends/sparse/deepseek_v4/cache_manager.py "
+                 "(get_token_bytes: INDEXER_COMPRESS is fp8 plus index_head_dim // 128 fp32 scales)",
+        story="DeepSeek-V4's compressed indexer keys stored as bf16 (256 bytes an entry, not 132)",
+        catchers=("suites/managers/test_formulas.py", "suites/managers/test_budget.py"))
+def v4_indexer_keys_bf16(mp):
+    from kvcm.deepseek_v4 import DeepseekV4Spec
+
+    mp.setattr(DeepseekV4Spec, "indexer_entry_bytes", lambda self: 2 * self.index_head_dim)
+
+
+@defect("v4-no-mtp-layers",
+        upstream="TensorRT-LLM tensorrt_llm/_torch/attention/backends/sparse/deepseek_v4/cache_manager.py "
+                 "(__init__ appends max_draft_len - 1 MTP layers with the last layer's ratio)",
+        story="DeepSeek-V4 with drafts cached no MTP layers: every pool short of the draft layers' blocks",
+        catchers=("suites/managers/test_formulas.py", "suites/managers/test_budget.py"))
+def v4_no_mtp_layers(mp):
+    from kvcm.deepseek_v4 import DeepseekV4Spec
+
+    mp.setattr(DeepseekV4Spec, "layer_ratios", lambda self, max_draft_len: self.compress_ratios)
+
+
+@defect("layer-groups-full-first",
+        upstream="TensorRT-LLM tensorrt_llm/runtime/kv_cache_manager_v2/_life_cycle_registry.py "
+                 "(LifeCycleRegistry numbers life cycles as first seen)",
+        story="layer groups numbered full attention first: a pool_ratio copied from a real config weighted the "
+              "wrong groups",
+        catchers=("suites/managers/test_formulas.py", "suites/managers/test_budget.py"))
+def layer_groups_full_first(mp):
+    import dataclasses
+
+    import kvcm.manager as manager
+    from kvcm.layer_groups import build_layer_groups
+
+    def full_first(spec, tpb):
+        groups = sorted(build_layer_groups(spec, tpb), key=lambda g: (g.window is not None, g.index))
+        return [dataclasses.replace(g, index=i) for i, g in enumerate(groups)]
+
+    mp.setattr(manager, "build_layer_groups", full_first)

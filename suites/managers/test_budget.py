@@ -58,42 +58,42 @@ V4_SMALL = kvcm.DeepseekV4Spec(compress_ratios=(4, 128), window_size=128, head_d
 
 
 def test_deepseek_v4_floors_past_budget_raise():
-    # longest_decode (8192, 8191) + 15 x (1, 0) at tpb 128, bytes a block 41984 / 786432 / 655360 (test_formulas):
-    #   full group: 8192 / 128 = 64 + 15 = 79 blocks x 41984 = 3316736
+    # longest_decode (8192, 8191) + 15 x (1, 0) at tpb 128, bytes a block 786432 / 38016 / 1310720 (test_formulas):
     #   window 128: 64 - stale (8192 - 128) // 128 = 63 -> 1, + 15 = 16 x 786432 = 12582912
-    #   window 8:   64 - (8192 - 8) // 128 = 63 -> 1, + 15 = 16 x 655360 = 10485760
-    #   total 26385408 bytes; budget 0.9 x 20_000_000 = 18_000_000
+    #   full group: 8192 / 128 = 64 + 15 = 79 blocks x 38016 = 3003264
+    #   window 8:   64 - (8192 - 8) // 128 = 63 -> 1, + 15 = 16 x 1310720 = 20971520
+    #   total 36557696 bytes; budget 0.9 x 20_000_000 = 18_000_000
     with pytest.raises(kvcm.BudgetExceededError) as info:
         kvcm.build_with_estimation("v2", V4_SMALL, KvCacheConfig(tokens_per_block=128), max_batch_size=16,
                                    max_seq_len=8192, max_num_tokens=1024, device="meta", free_memory_bytes=20_000_000)
     err = info.value
-    assert (err.constraint, err.needed_bytes, err.budget_bytes) == ("longest_decode", 26385408, 18000000)
+    assert (err.constraint, err.needed_bytes, err.budget_bytes) == ("longest_decode", 36557696, 18000000)
     msg = str(err)
-    assert "'longest_decode'" in msg and "26385408" in msg and "18000000" in msg
+    assert "'longest_decode'" in msg and "36557696" in msg and "18000000" in msg
     assert isinstance(err, MemoryError)
 
 
 def test_deepseek_v4_floors_within_budget_hold():
-    # 0.9 x 40_000_000 = 36_000_000 >= 26385408: the floors fit and the pools stay inside the budget
+    # 0.9 x 45_000_000 = 40_500_000 >= 36557696: the floors fit and the pools stay inside the budget
     est = kvcm.build_with_estimation("v2", V4_SMALL, KvCacheConfig(tokens_per_block=128), max_batch_size=16,
                                      max_seq_len=8192, max_num_tokens=1024, device="meta",
-                                     free_memory_bytes=40_000_000)
+                                     free_memory_bytes=45_000_000)
     e = est.estimation
     assert [c["name"] for c in e["constraints"]] == ["context", "longest_decode"]
-    assert e["pool_bytes"] <= e["budget_bytes"] == 36_000_000
-    floors = [79, 16, 16]
+    assert e["pool_bytes"] <= e["budget_bytes"] == 40_500_000
+    floors = [16, 79, 16]
     assert all(g["num_blocks"] >= f for g, f in zip(e["groups"], floors))
 
 
 def test_deepseek_v4_explicit_ratio_has_no_floors():
-    # the same 18_000_000-byte budget that the floors (26385408 bytes) exceed, but with an explicit ratio 1:1:1:
+    # the same 18_000_000-byte budget that the floors (36557696 bytes) exceed, but with an explicit ratio 1:1:1:
     # no constraints, so the pools are simply 6_000_000 bytes each:
-    #   6_000_000 // 41984 = 142, 6_000_000 // 786432 = 7, 6_000_000 // 655360 = 9
+    #   6_000_000 // 786432 = 7, 6_000_000 // 38016 = 157, 6_000_000 // 1310720 = 4
     cfg = KvCacheConfig(tokens_per_block=128, max_gpu_total_bytes=18_000_000, pool_ratio=(1, 1, 1))
     mgr = kvcm.DeepseekV4CacheManager(V4_SMALL, cfg, max_batch_size=16, max_seq_len=8192, max_num_tokens=1024,
                                       device="meta")
     assert mgr.constraints == []
-    assert [g.num_blocks for g in mgr.layer_groups] == [142, 7, 9]
+    assert [g.num_blocks for g in mgr.layer_groups] == [7, 157, 4]
 
 
 def test_plan_reports_v4_budget_error(capsys):

@@ -103,10 +103,10 @@ def test_gemma_style_layer_types():
     assert [layer.sliding_window for layer in spec.layers] == [512] * 5 + [None]
     groups = kvcm.KVCacheManagerV2(spec, KvCacheConfig(max_gpu_total_bytes=GiB), max_batch_size=2,
                                    max_seq_len=1024).layer_groups
-    # full attention first: group 0 is layer 5 alone, group 1 the five sliding layers
-    assert [(g.layers, g.window) for g in groups] == [((5,), None), ((0, 1, 2, 3, 4), 512)]
+    # numbered as first seen (TensorRT-LLM's LifeCycleRegistry): group 0 the five sliding layers, group 1 layer 5
+    assert [(g.layers, g.window) for g in groups] == [((0, 1, 2, 3, 4), 512), ((5,), None)]
     # per block (tpb 32): 2 x 4 x 256 x 2 x 32 = 131072 bytes a layer
-    assert [g.bytes_per_block for g in groups] == [131072, 5 * 131072]
+    assert [g.bytes_per_block for g in groups] == [5 * 131072, 131072]
 
 
 # ---- 3. V1 pool sizes (tiny spec: 2 layers x 64 bytes a token = 128 bytes a token, 4096 bytes a block) -----------
@@ -299,20 +299,29 @@ def _v4(cfg=None, **kw):
                                        **kw)
 
 
-@pytest.mark.parametrize("d", [0, 2])
-def test_v4_groups_and_windows(d):
-    mgr = _v4(max_draft_len=d)
-    # full-length group first, then window W + D = 128 + d, then compressor states window 2 x 4 + d
-    assert [g.window for g in mgr.layer_groups] == [None, 128 + d, 8 + d]
+def test_v4_groups_and_windows():
+    mgr = _v4()
+    # numbered as first seen (layer 0 is r=4): window W = 128, full length, compressor states window 2 x 4
+    assert [g.window for g in mgr.layer_groups] == [128, None, 8]
     roles = [[mgr.model.layers[i].role for i in g.layers] for g in mgr.layer_groups]
-    assert roles[0] == ["COMPRESS", "INDEXER_COMPRESS", "COMPRESS"]
-    assert roles[1] == ["SWA", "SWA", "COMPRESSOR_KV", "COMPRESSOR_SCORE"]
+    assert roles[0] == ["SWA", "SWA", "COMPRESSOR_KV", "COMPRESSOR_SCORE"]
+    assert roles[1] == ["COMPRESS", "INDEXER_COMPRESS", "COMPRESS"]
     assert roles[2] == ["COMPRESSOR_KV", "COMPRESSOR_SCORE", "INDEXER_COMPRESSOR_KV", "INDEXER_COMPRESSOR_SCORE"]
-    # bytes a block at tpb 128 (one latent head, factor 1):
-    #   full: r=4 COMPRESS 512 x 2 x 32 entries = 32768; INDEXER 128 x 2 x 32 = 8192; r=128 COMPRESS 512 x 2 x 1 = 1024
-    #   window W+D: 2 x SWA 512 x 2 x 128 = 131072 each; r=128 compressor KV/SCORE fp32 512 x 4 x 128 = 262144 each
-    #   window 8+D: KV/SCORE fp32 262144 each; indexer KV/SCORE fp32 128 x 4 x 128 = 65536 each
-    assert [g.bytes_per_block for g in mgr.layer_groups] == [41984, 786432, 655360]
+    # bytes a block at tpb 128 (TensorRT-LLM's get_token_bytes x tpb // ratio entries):
+    #   window W: 2 x SWA 512 x 2 x 128 = 131072 each; r=128 compressor KV/SCORE fp32 512 x 4 x 128 = 262144 each
+    #   full: r=4 COMPRESS 512 x 2 x 32 = 32768; INDEXER fp8 (128 + 4 scale bytes) x 32 = 4224; r=128 COMPRESS 1024
+    #   window 8: overlap compressor KV/SCORE fp32 1024 x 4 x 128 = 524288 each; indexer KV/SCORE 256 x 4 x 128
+    #   = 131072 each
+    assert [g.bytes_per_block for g in mgr.layer_groups] == [786432, 38016, 1310720]
+
+
+def test_v4_drafts_widen_windows_and_add_mtp_layers():
+    mgr = _v4(max_draft_len=2)
+    # D = 2: windows W + D and 8 + D; D - 1 = 1 MTP layer repeating the last layer's ratio (128) is cached too
+    assert mgr.v4_spec.layer_ratios(2) == (4, 128, 128)
+    assert [g.window for g in mgr.layer_groups] == [130, None, 10]
+    # window group: + 131072 + 2 x 262144 for the MTP layer; full: + 1024
+    assert [g.bytes_per_block for g in mgr.layer_groups] == [786432 + 655360, 38016 + 1024, 1310720]
 
 
 def test_v4_flash_embedded_config():
@@ -322,10 +331,11 @@ def test_v4_flash_embedded_config():
     assert (spec.compress_ratios.count(4), spec.compress_ratios.count(128)) == (20, 23)
     mgr = kvcm.DeepseekV4CacheManager(spec, KvCacheConfig(tokens_per_block=128, max_gpu_total_bytes=64 * GiB),
                                       max_batch_size=8, max_seq_len=65536, max_draft_len=3, device="meta")
-    assert [g.window for g in mgr.layer_groups] == [None, 131, 11]  # W + D = 128 + 3, 2 x 4 + D = 11
-    # full: 20 x (32768 + 8192) + 23 x 1024 = 842752; window W+D: 43 x 131072 + 23 x 2 x 262144 = 17694720;
-    # window 8+D: 20 x 655360 = 13107200
-    assert [g.bytes_per_block for g in mgr.layer_groups] == [842752, 17694720, 13107200]
+    assert [g.window for g in mgr.layer_groups] == [131, None, 11]  # W + D = 128 + 3, 2 x 4 + D = 11
+    # D = 3 caches two MTP layers (r = 128, as the last layer): 45 layers, 25 HCA
+    # window W+D: 45 x 131072 + 25 x 2 x 262144 = 19005440; full: 20 x (32768 + 4224) + 25 x 1024 = 765440;
+    # window 8+D: 20 x 1310720 = 26214400
+    assert [g.bytes_per_block for g in mgr.layer_groups] == [19005440, 765440, 26214400]
     assert mgr.pool_bytes <= mgr.budget_bytes == 64 * GiB
 
 
@@ -361,9 +371,9 @@ def test_v4_explicit_pool_ratio_has_no_constraints():
     mgr = _v4(cfg, max_num_tokens=1024, max_draft_len=2)
     assert mgr.constraints == [] and mgr.constraint_names == []
     assert mgr.typical_step is None
-    # the ratio as given: GiB / 3 a group -> floor(357913941.33 / bpb) blocks
-    assert [g.num_blocks for g in mgr.layer_groups] == [357913941 // 41984, 357913941 // 786432,
-                                                        357913941 // 655360]  # 8525, 455, 546
+    # the ratio as given: GiB / 3 a group -> floor(357913941.33 / bpb) blocks (D = 2: one MTP layer, r = 128)
+    assert [g.num_blocks for g in mgr.layer_groups] == [357913941 // 1441792, 357913941 // 39040,
+                                                        357913941 // 1310720]  # 248, 9167, 273
 
 
 # ---- 3 / 4.2 get_num_available_tokens (tiny spec, 10 blocks of 32 tokens) -----------------------------------

@@ -88,17 +88,18 @@ def test_warmup_on_page_boundary_with_drafts(kvcm_manager_factory):
 
 def test_deepseek_v4_dummy_at_page_boundary_with_shorts_held(page_boundary_check):
     """DeepSeek-V4 (two HCA and two CSA layers, tpb 128; an explicit pool ratio, so no longest-decode floor
-    lifts the full-length group past S): the compressed full-length group binds (44 blocks), and with the short
-    dummies held the long one still fills exactly the 44, 43, 42 blocks they leave."""
+    lifts the full-length group past S): the compressed full-length group binds (98 blocks; 39 with D = 4, whose
+    three MTP layers widen every block), and with the short dummies held the long one still fills exactly the
+    blocks they leave."""
     from kvcm.deepseek_v4 import DeepseekV4CacheManager, DeepseekV4Spec
 
     spec = DeepseekV4Spec(compress_ratios=(128, 4, 128, 4))
 
     def make(draft_len):
-        cfg = KvCacheConfig(tokens_per_block=128, max_gpu_total_bytes=32 * 2**20, pool_ratio=(1, 4, 4))
+        cfg = KvCacheConfig(tokens_per_block=128, max_gpu_total_bytes=64 * 2**20, pool_ratio=(4, 1, 4))
         return DeepseekV4CacheManager(spec, cfg, max_batch_size=4, max_seq_len=16384, max_draft_len=draft_len,
                                       device="meta")
 
     results = page_boundary_check(make, draft_lens=(0, 4), batch_sizes=(1, 2, 3))
-    assert [r.free_blocks for r in results] == [44, 43, 42] * 2
+    assert [r.free_blocks for r in results] == [98, 97, 96, 39, 38, 37]
     assert all(r.capacity_held == r.boundary for r in results)
