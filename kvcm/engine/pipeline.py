@@ -28,8 +28,8 @@ drafter proposes after *schedule* (``Scheduler.draft``), and *commit* and *compl
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+import gc
+from dataclasses import dataclass
 
 import torch
 
@@ -52,14 +52,6 @@ class InFlight:
     ready: torch.cuda.Event | None       # CUDA: the copy to the host is done
 
 
-@dataclass
-class StepTimes:
-    """Host-side timestamps of each launch (``LLM(profile_steps=True)``), for the step period and host share."""
-    launches: list[float] = field(default_factory=list)      # perf_counter at the start of each launch
-    batch: list[int] = field(default_factory=list)           # sequences in each step
-    decode_shape: list[bool] = field(default_factory=list)   # served by a decode-shape graph
-
-
 class StepPipeline:
     def __init__(self, llm, *, overlap: bool):
         self.llm = llm
@@ -73,11 +65,19 @@ class StepPipeline:
             if self.cuda else None
         self._turn = 0
         self.num_launched_ahead = 0      # steps launched before the previous one completed
-        self.times: StepTimes | None = None
 
     @torch.inference_mode()
     def run(self, scheduler: Scheduler) -> None:
-        """Step until every request has finished."""
+        """Step until every request has finished. The objects alive before the loop (the model, the engine)
+        are left out of the garbage collector's passes while it runs (``gc.freeze``): a full pass over them
+        costs a loaded process tens of milliseconds, many steps' worth of host time."""
+        gc.freeze()
+        try:
+            self._run(scheduler)
+        finally:
+            gc.unfreeze()
+
+    def _run(self, scheduler: Scheduler) -> None:
         in_flight = None
         while scheduler.has_work:
             step = self._launch(scheduler)
@@ -90,8 +90,6 @@ class StepPipeline:
             self._complete(scheduler, in_flight)
 
     def _launch(self, scheduler: Scheduler) -> InFlight:
-        if self.times is not None:
-            self.times.launches.append(time.perf_counter())
         seqs, items = scheduler.schedule()
         scheduler.draft(seqs, items)
         runner, graphs = self.llm.runner, self.llm.graphs
@@ -110,9 +108,6 @@ class StepPipeline:
             ready.record()
         else:
             host, ready = packed[:, :k], None
-        if self.times is not None:
-            self.times.batch.append(len(items))
-            self.times.decode_shape.append(static is not None and static.q_len is not None)
         pending = scheduler.commit(seqs, items) if scheduler.drafter is None else Verification(seqs, items)
         return InFlight(pending, host, ready)
 
