@@ -1,4 +1,5 @@
-"""Root conftest: the plugin itself comes through its entry point; ``pytester`` drives the plugin self-tests.
+"""Root conftest: the plugin comes through its entry point (or ``-p pytest_kvcm.plugin``, which inner runs then
+inherit: ``pytest_kvcm/loading.py``); ``pytester`` drives the plugin self-tests.
 
 torch and kvcm are imported here, before any in-process pytester run takes its ``sys.modules`` snapshot:
 pytester drops modules first imported inside a run, and importing torch a second time in one process crashes.

@@ -1,15 +1,17 @@
-"""pytest-kvcm entry point (registered through the ``pytest11`` entry point).
+"""pytest-kvcm entry point (registered through the ``pytest11`` entry point, or ``-p pytest_kvcm.plugin``).
 
 Like pytest-xdist, the plugin is a set of small sub-plugins, one concept each; this module only names them
-so that pytest registers their options, markers, fixtures and hooks.
+so that pytest registers their options, markers, fixtures and hooks. A module comes before the ones that
+import it, so that pytest can rewrite its asserts when loaded through ``-p``.
 """
 
 pytest_plugins = [
+    "pytest_kvcm.loading",  # inner pytest runs load the plugin too when it came from -p, not an entry point
     "pytest_kvcm.versions",  # --kvcm-version, the kvcm_version / kvcm_manager_factory fixtures
-    "pytest_kvcm.markers",  # cpu_only, gpu(...), accuracy, slow; GPU requirement skips
     "pytest_kvcm.machine",  # --kvcm-machine, --kvcm-stage: the facts markers and lane conditions test
-    "pytest_kvcm.lanes.selection",  # --kvcm-lane, ci/<lane>.yml, waives
+    "pytest_kvcm.markers",  # cpu_only, gpu(...), accuracy, slow; GPU requirement skips
     "pytest_kvcm.lanes.isolation",  # ISOLATION: a lane entry in a subprocess of its own
+    "pytest_kvcm.lanes.selection",  # --kvcm-lane, ci/<lane>.yml, waives
     "pytest_kvcm.sharding",  # CUDA_VISIBLE_DEVICES per xdist worker
     "pytest_kvcm.defects.plugin",  # --kvcm-inject, --kvcm-list-defects: the defect catalogue
     "pytest_kvcm.targets.plugin",  # --kvcm-target: managers under test for the contract suites

@@ -18,6 +18,8 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .loading import plugin_args
+
 
 def failed_tests(junit_path: Path) -> tuple[int, list[str]]:
     """(tests run, ids of failed or errored tests) from a JUnit XML report."""
@@ -34,7 +36,7 @@ def failed_tests(junit_path: Path) -> tuple[int, list[str]]:
 
 def registered_defects() -> dict[str, str]:
     """Ask pytest itself, so defects registered by users' plugins and conftest files count too."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--kvcm-list-defects", "-q"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "pytest", *plugin_args(), "--kvcm-list-defects", "-q"], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"kvcm sensitivity: pytest --kvcm-list-defects failed:\n{proc.stdout}{proc.stderr}")
     out = {}
@@ -47,7 +49,7 @@ def registered_defects() -> dict[str, str]:
 
 def run_lane(lane: str, defect: str | None, extra: list[str], workdir: Path) -> dict:
     junit = workdir / f"{defect or 'clean'}.xml"
-    cmd = [sys.executable, "-m", "pytest", f"--kvcm-lane={lane}", "--kvcm-version=both", "-q", "-p", "no:randomly",
+    cmd = [sys.executable, "-m", "pytest", *plugin_args(), f"--kvcm-lane={lane}", "--kvcm-version=both", "-q", "-p", "no:randomly",
            f"--junitxml={junit}", *extra]
     if defect:
         cmd.append(f"--kvcm-inject={defect}")
