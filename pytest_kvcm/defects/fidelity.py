@@ -14,7 +14,7 @@ from ._registry import defect
                  "(clamp_max_seq_len_for_mem starts from storage.num_slots)",
         story="get_num_available_tokens counted from the free blocks: warmup's long dummy came out bs - 1 blocks "
               "short of what the short dummies leave",
-        catchers=("suites/managers/test_page_boundary.py",))
+        catchers=("suites/managers/test_page_boundary.py", "suites/conformance/test_available_tokens.py"))
 def available_tokens_from_free_blocks(mp):
     """V2's clamp took the batch's short requests away from the *free* blocks, which already lacked them."""
     from kvcm.layer_groups import ceil_div
@@ -42,7 +42,7 @@ def available_tokens_from_free_blocks(mp):
                  "(get_attn_dim: state_factor 2 for is_overlap_compressor)",
         story="DeepSeek-V4's ratio-4 compressor sized as a plain one: its fp32 states half as wide, the window-8 "
               "pool half the bytes TensorRT-LLM gives it",
-        catchers=("suites/managers/test_formulas.py", "suites/managers/test_budget.py"))
+        catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas.py"))
 def v4_compressor_not_overlapped(mp):
     from kvcm.deepseek_v4 import DeepseekV4Spec
 
@@ -53,7 +53,7 @@ def v4_compressor_not_overlapped(mp):
         upstream="TensorRT-LLM tensorrt_llm/_torch/attention/backends/sparse/deepseek_v4/cache_manager.py "
                  "(get_token_bytes: INDEXER_COMPRESS is fp8 plus index_head_dim // 128 fp32 scales)",
         story="DeepSeek-V4's compressed indexer keys stored as bf16 (256 bytes an entry, not 132)",
-        catchers=("suites/managers/test_formulas.py", "suites/managers/test_budget.py"))
+        catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas.py"))
 def v4_indexer_keys_bf16(mp):
     from kvcm.deepseek_v4 import DeepseekV4Spec
 
@@ -64,7 +64,7 @@ def v4_indexer_keys_bf16(mp):
         upstream="TensorRT-LLM tensorrt_llm/_torch/attention/backends/sparse/deepseek_v4/cache_manager.py "
                  "(__init__ appends max_draft_len - 1 MTP layers with the last layer's ratio)",
         story="DeepSeek-V4 with drafts cached no MTP layers: every pool short of the draft layers' blocks",
-        catchers=("suites/managers/test_formulas.py", "suites/managers/test_budget.py"))
+        catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas.py"))
 def v4_no_mtp_layers(mp):
     from kvcm.deepseek_v4 import DeepseekV4Spec
 
@@ -76,7 +76,7 @@ def v4_no_mtp_layers(mp):
                  "(LifeCycleRegistry numbers life cycles as first seen)",
         story="layer groups numbered full attention first: a pool_ratio copied from a real config weighted the "
               "wrong groups",
-        catchers=("suites/managers/test_formulas.py", "suites/managers/test_budget.py"))
+        catchers=("suites/conformance/test_life_cycles.py", "suites/managers/test_formulas.py"))
 def layer_groups_full_first(mp):
     import dataclasses
 
