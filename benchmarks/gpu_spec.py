@@ -1,19 +1,24 @@
-"""Greedy parity and speculative decoding on one GPU: SmolLM2-135M fp32 on 64 GSM8K questions (chat template).
+"""Speculative decoding on the GPU: SmolLM2-135M fp32 on GSM8K questions (chat template), CUDA graphs on.
 
-1. kvcm engine V1 vs V2 (eager and CUDA graphs): identical tokens (strict);
-2. kvcm engine vs HF ``generate``: identical up to near ties (logit margin under ``--tolerance``), each reported;
-3. tokens/s of each at batch 64 (median of ``--repeats`` runs, engines taking turns);
-4. speculative decoding (target SmolLM2, drafter = its first ``--draft-layers`` layers): exactly the plain greedy
-   tokens for D = 1, 2, 4 and V1/V2 target/draft pairs, with the mean acceptance length.
+1. Exactness: speculative decoding (D = 4) with each drafter (prompt-lookup n-grams; a draft model, the target's
+   first ``--draft-layers`` layers with its own cache) on V1 and V2 targets gives exactly the tokens of plain
+   graph decoding of the same target on ``--num-prompts`` prompts; the warmup reports of both caches
+   (estimation and final: planned, captured, skipped) are printed.
+2. Speed, in one run: plain graph decode vs speculative (graphs) for each drafter and D in {1, 2, 4}, at batch
+   1, 8 and 64 (tokens/s, the ratio to plain, mean acceptance length and acceptance per draft position, and
+   parity against plain decoding at that batch).
 
-    KVCM_SMOLLM2_GGUF=... KVCM_GSM8K_DIR=... python benchmarks/gpu_spec.py
+    KVCM_SMOLLM2_GGUF=... KVCM_GSM8K_DIR=... python benchmarks/gpu_spec.py [--json out.json]
 
-Also runs on the CPU (``--device cpu --num-prompts 4 --max-new-tokens 16``) as a smoke run of the script.
+Also runs on the CPU (``--device cpu --num-prompts 4 --max-new-tokens 8 --batches 1 2 --drafts 2``) as a smoke
+run of the script.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import os
 import statistics
 import sys
@@ -30,111 +35,144 @@ def say(*a):
     print(*a, flush=True)
 
 
+def _strict(plain, spec, prompts, tok, tolerance):
+    """(identical, report line): strict parity, and how many differences are near ties (margin < tolerance)."""
+    from pytest_kvcm.parity import compare_outputs
+    strict = compare_outputs(plain, spec, prompts, names=("plain", "spec"), tokenizer=tok)
+    if strict.passed:
+        return True, "PASS"
+    tied = compare_outputs(plain, spec, prompts, names=("plain", "spec"), tokenizer=tok, margin_tolerance=tolerance)
+    kind = "only near ties" if tied.passed else "real divergence"
+    return False, f"FAIL ({kind})\n      " + strict.format().replace("\n", "\n      ")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--num-prompts", type=int, default=64)
+    ap.add_argument("--num-prompts", type=int, default=64, help="prompts of the exactness runs (batch 64)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--spec-prompts", type=int, default=16)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
+    ap.add_argument("--drafts", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--prompts-per-slot", type=int, default=2, help="speed runs: batch x this many prompts (>= 4)")
     ap.add_argument("--draft-layers", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs of each configuration (median)")
     ap.add_argument("--tolerance", type=float, default=1e-3, help="logit margin below which a flip is a near tie")
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--gsm8k", default=os.environ.get("KVCM_GSM8K_DIR"))
+    ap.add_argument("--only", choices=["exactness", "speed"], default=None, help="run one section")
+    ap.add_argument("--json", default=None, help="write every figure to this file")
     args = ap.parse_args(argv)
 
     import kvcm
     from kvcm.engine import LLM, SamplingParams
-    from kvcm.engine.llm import eos_token_ids
-    from kvcm.models import hf_generate, load_smollm2, truncated_drafter
-    from kvcm.engine.speculative import SpeculativeLLM
-    from pytest_kvcm.parity import compare_outputs
+    from kvcm.models import load_smollm2, truncated_drafter
     from throughput import load_prompts, sync
 
     t0 = time.perf_counter()
     dev = args.device
     say(f"device {dev} ({torch.cuda.get_device_name() if dev == 'cuda' else 'cpu'}), torch {torch.__version__}")
     model, tok = load_smollm2(dtype=torch.float32, device=dev)
-    eos = list(eos_token_ids(model, tok))
-    prompts = load_prompts(tok, args.num_prompts, args.gsm8k)
-    bs, n_new = len(prompts), args.max_new_tokens
-    say(f"{bs} prompts ({'GSM8K' if args.gsm8k else 'built-in'}), mean {sum(map(len, prompts)) / bs:.0f} tokens, "
-        f"{n_new} new tokens, batch {bs}, eos {eos}")
+    n_new = args.max_new_tokens
+    if args.only == "exactness":
+        args.batches = []
+    exact_n = 0 if args.only == "speed" else args.num_prompts
+    need = max([exact_n] + [max(4, b * args.prompts_per_slot) for b in args.batches])
+    prompts, _ = load_prompts(tok, need, args.gsm8k)
     max_seq = max(map(len, prompts)) + n_new + 8
+    B = max(args.batches + [min(exact_n, 64)])
+    say(f"{len(prompts)} prompts ({'GSM8K' if args.gsm8k else 'built-in'}), mean {sum(map(len, prompts)) / len(prompts):.0f}"
+        f" tokens, {n_new} new tokens, max_seq_len {max_seq}, graphs for batch <= {B}")
+    params = SamplingParams(max_new_tokens=n_new)
+    drafter_model = truncated_drafter(model, args.draft_layers)
+    out = {"device": dev, "max_new_tokens": n_new, "exactness": [], "speed": []}
 
-    def kv_config():
-        return (kvcm.KvCacheConfig(tokens_per_block=32, free_gpu_memory_fraction=0.3, dtype="float32")
-                if dev == "cuda" else kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=bs * max_seq, dtype="float32"))
+    def build(version, drafter=None, d=0, draft_version=None):
+        cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=B * max_seq + 4096, dtype="float32")
+        kind = None if drafter is None else drafter_model if drafter == "model" else "ngram"
+        llm = LLM(model, tok, manager_version=version, kv_cache_config=cfg, max_batch_size=B, max_seq_len=max_seq,
+                  device=dev, cuda_graph=dev == "cuda", max_draft_len=d, drafter=kind,
+                  draft_manager_version=draft_version)
+        llm.generate(prompts[:2], SamplingParams(max_new_tokens=4))   # first launches, kernel compiles
+        return llm
 
-    runs = {}
-    for name, version, graph in (("kvcm_v1", "v1", False), ("kvcm_v2", "v2", False), ("kvcm_v1_graph", "v1", True),
-                                 ("kvcm_v2_graph", "v2", True)):
-        if graph and dev != "cuda":
-            continue
-        llm = LLM(model, tok, manager_version=version, kv_cache_config=kv_config(), max_batch_size=bs,
-                  max_seq_len=max_seq, device=dev, cuda_graph=graph)
-        llm.generate(prompts[:2], SamplingParams(max_new_tokens=4))
-        runs[name] = (llm, lambda p, llm=llm: llm.generate(p, SamplingParams(max_new_tokens=n_new)))
-    runs["hf"] = (None, lambda p: hf_generate(model, p, n_new, eos_token_id=eos, batch_size=bs))
-    runs["hf"][1](prompts[:2])
-    outs, times = {}, {name: [] for name in runs}
-    for r in range(args.repeats):
-        for name in (list(runs) if r % 2 == 0 else list(reversed(runs))):
+    def timed(llm, ps, batch):
+        llm.max_batch_size = batch                   # graphs were captured for every batch up to B
+        times, outs = [], None
+        for _ in range(args.repeats):
             sync(dev)
             t = time.perf_counter()
-            outs[name] = runs[name][1](prompts)
+            outs = llm.generate(ps, params)
             sync(dev)
-            times[name].append(time.perf_counter() - t)
-    rates = {}
-    for name in runs:
-        n = sum(len(o.token_ids) for o in outs[name])
-        dt = statistics.median(times[name])
-        rates[name] = n / dt
-        say(f"{name:>14}: {n} tokens, median {dt:.2f} s = {n / dt:8.1f} tok/s")
-    for name in rates:
-        if name != "hf":
-            say(f"   {name} / hf = {rates[name] / rates['hf']:.2f}x")
+            times.append(time.perf_counter() - t)
+        return outs, sum(len(o.token_ids) for o in outs) / statistics.median(times)
+
+    def free(llm):
+        llm.close()
+        del llm
+        gc.collect()
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+
+    def reports(llm):
+        lines = []
+        for cache, reps in (("target", llm.warmup_reports), ("draft", llm.draft_warmup_reports)):
+            for r in reps:
+                lines.append({"manager": cache, **r.as_dict()})
+        return lines
+
+    # ---- 1. exactness: D = 4, both drafters, V1 and V2 targets, against plain graph decoding ----------------
     ok = True
-    pairs = [("kvcm_v1", "kvcm_v2", None), ("kvcm_v2", "kvcm_v2_graph", None), ("kvcm_v1_graph", "kvcm_v2_graph", None),
-             ("hf", "kvcm_v1", args.tolerance), ("hf", "kvcm_v2", args.tolerance), ("hf", "kvcm_v2_graph", args.tolerance)]
-    for a, b, tol in pairs:
-        if a in outs and b in outs:
-            rep = compare_outputs(outs[a], outs[b], prompts, names=(a, b), tokenizer=tok, margin_tolerance=tol)
-            ok &= rep.passed
-            kind = "strict" if tol is None else f"near ties < {tol} allowed"
-            say(f"PARITY {a} vs {b} ({kind}): {'PASS' if rep.passed else 'FAIL'}")
-            say("   " + rep.format().replace("\n", "\n   "))
-    for llm, _ in runs.values():
-        if llm is not None:
-            llm.close()
-    runs.clear()
+    ex_prompts = prompts[:args.num_prompts]
+    for tv, dv in (("v1", "v2"), ("v2", "v1")) if args.only != "speed" else ():
+        plain_llm = build(tv)
+        plain, _ = timed(plain_llm, ex_prompts, min(len(ex_prompts), B))
+        free(plain_llm)
+        for drafter in ("ngram", "model"):
+            llm = build(tv, drafter, 4, dv)
+            spec, rate = timed(llm, ex_prompts, min(len(ex_prompts), B))
+            same, line = _strict(plain, spec, ex_prompts, tok, args.tolerance)
+            ok &= same
+            reps = reports(llm)
+            skipped = sum(len(r["skipped"]) for r in reps)
+            ok &= skipped == 0
+            st = llm.spec_stats
+            say(f"EXACT target {tv} drafter {drafter}{'' if drafter == 'ngram' else f' (draft {dv})'} D=4, "
+                f"{len(ex_prompts)} prompts: {line}; acceptance length {st.mean_acceptance_length:.2f}; "
+                f"warmup skipped {skipped}")
+            for r in reps:
+                say(f"   warmup {r['manager']:>6} {r['cache']:>10}: {r['planned']} planned, {r['captured']} captured, "
+                    f"{len(r['skipped'])} skipped")
+            out["exactness"].append({"target": tv, "drafter": drafter, "draft_version": dv if drafter == "model"
+                                     else None, "identical": same, "warmup": reps, "stats": st.as_dict(),
+                                     "tok_s": rate})
+            free(llm)
     say(f"elapsed {time.perf_counter() - t0:.1f} s")
 
-    # speculative decoding: exactly the plain greedy tokens of the same engine; acceptance length
-    sp = prompts[:args.spec_prompts]
-    plain = outs["kvcm_v2"][:len(sp)]
-    drafter = truncated_drafter(model, args.draft_layers)
-    for d, tv, dv in ((1, "v2", "v2"), (2, "v2", "v2"), (4, "v2", "v2"), (4, "v1", "v2"), (4, "v2", "v1"),
-                      (4, "v1", "v1")):
-        cfg = kv_config()
-        spec = SpeculativeLLM(model, drafter, num_draft=d, target_version=tv, draft_version=dv,
-                              target_kv_cache_config=cfg, draft_kv_cache_config=cfg, max_batch_size=len(sp),
-                              max_seq_len=max_seq + d + 1, device=dev, eos_token_ids=eos)
-        sync(dev)
-        t = time.perf_counter()
-        souts = spec.generate(sp, n_new)
-        sync(dev)
-        dt = time.perf_counter() - t
-        n = sum(len(o.token_ids) for o in souts)
-        rep = compare_outputs(plain, souts, sp, names=("plain_v2", "spec"), tokenizer=tok)
-        ok &= rep.passed
-        st = spec.stats
-        say(f"spec D={d} target {tv} / draft {dv} ({args.draft_layers}-layer drafter): {n} tokens in {dt:.2f} s = "
-            f"{n / dt:.1f} tok/s; mean acceptance length {st.mean_acceptance_length:.3f}, acceptance rate "
-            f"{st.acceptance_rate:.3f}; parity vs plain (strict): {'PASS' if rep.passed else 'FAIL'}")
-        if not rep.passed:
-            say("   " + rep.format().replace("\n", "\n   "))
-        del spec
+    # ---- 2. speed: plain graph decode vs speculative, each drafter and D, batch 1 / 8 / 64 --------------------
+    sets = {b: prompts[:max(4, b * args.prompts_per_slot)] for b in args.batches}
+    plain_llm = build("v2") if args.batches else None
+    plain = {b: timed(plain_llm, sets[b], b) for b in args.batches}
+    if plain_llm is not None:
+        free(plain_llm)
+    for b in args.batches:
+        say(f"SPEED batch {b:>3} ({len(sets[b])} prompts): plain graph decode {plain[b][1]:9.1f} tok/s")
+        out["speed"].append({"batch": b, "config": "plain", "tok_s": plain[b][1]})
+    for drafter in ("ngram", "model") if args.batches else ():
+        for d in args.drafts:
+            llm = build("v2", drafter, d, "v2")
+            for b in args.batches:
+                outs, rate = timed(llm, sets[b], b)
+                same, line = _strict(plain[b][0], outs, sets[b], tok, args.tolerance)
+                ok &= same
+                st = llm.spec_stats
+                by_pos = ", ".join(f"{p:.2f}" for p in st.acceptance_by_position)
+                say(f"SPEED batch {b:>3} {drafter:>5} D={d}: {rate:9.1f} tok/s = {rate / plain[b][1]:5.2f}x plain; "
+                    f"acceptance length {st.mean_acceptance_length:.2f}, by position [{by_pos}]; parity {line}")
+                out["speed"].append({"batch": b, "config": f"{drafter}-D{d}", "tok_s": rate,
+                                     "vs_plain": rate / plain[b][1], "identical": same, "stats": st.as_dict()})
+            free(llm)
     say(f"total {time.perf_counter() - t0:.1f} s; {'ALL PASS' if ok else 'SOME FAIL'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 0 if ok else 1
 
 
