@@ -2,7 +2,7 @@
 
 Not part of the regression suites (``benchmarks/`` is outside ``testpaths``). Run:
 
-    /work/venv/bin/python -m pytest benchmarks/test_manager_ops.py --kvcm-version=both -q -s
+    python -m pytest benchmarks/test_manager_ops.py --kvcm-version=both -q -s
 
 Both pools are half held by a filler request, so the free lists are realistic. ``get_num_available_tokens`` is
 asked for S = 131072 tokens: the 1M pool has room (answered at once), the 1K pool does not (a binary search over

@@ -1,0 +1,143 @@
+"""Lane stages: ``--kvcm-stage-split=K/N`` runs stage K of N of a lane, the stages balanced by recorded durations.
+
+TensorRT-LLM's CI cuts a long lane into numbered stages that run on separate machines; this is that cut. The
+durations come from ``ci/durations/<lane>.json`` (``{"node id": seconds}``; ``--kvcm-durations`` names another
+file) and are written by a run with ``--kvcm-record-durations`` (setup + call + teardown of every test that ran,
+merged into the file). A test with no recording weighs the median of the recorded ones (1 s when none are).
+
+The cut is longest-processing-time first: tests sorted by (duration descending, node id), each given to the
+stage with the least total so far (ties: the lowest stage). It depends only on the lane's selected ids and the
+file, never on collection order, the machine or the xdist worker: the same lane and durations put a test in the
+same stage on every machine, and every test of the lane in exactly one stage.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+_SPLIT = pytest.StashKey[tuple]()  # (K, N)
+_RECORD = pytest.StashKey[dict]()  # node id -> seconds, while recording
+_PATH = pytest.StashKey[Path]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvcm")
+    group.addoption("--kvcm-stage-split", dest="kvcm_stage_split", default=None, metavar="K/N",
+                    help="run stage K of N of the lane (1 <= K <= N), stages balanced by recorded durations")
+    group.addoption("--kvcm-durations", dest="kvcm_durations", default=None, metavar="PATH",
+                    help="durations file for --kvcm-stage-split / --kvcm-record-durations "
+                    "(default ci/durations/<lane>.json under rootdir)")
+    group.addoption("--kvcm-record-durations", dest="kvcm_record_durations", action="store_true", default=False,
+                    help="merge this run's test durations into the durations file at the end")
+
+
+def parse_split(text: str) -> tuple[int, int]:
+    """``"2/5"`` -> ``(2, 5)``; a usage error naming the value otherwise."""
+    k, sep, n = text.partition("/")
+    try:
+        stage, stages = int(k), int(n)
+    except ValueError:
+        stage = stages = 0
+    if not sep or stages < 1 or not 1 <= stage <= stages:
+        raise pytest.UsageError(f"--kvcm-stage-split={text!r}: expected K/N with 1 <= K <= N, e.g. 2/4")
+    return stage, stages
+
+
+def load_durations(path: Path) -> dict[str, float]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise pytest.UsageError(f"durations file {path}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                                             for v in data.values()):
+        raise pytest.UsageError(f"durations file {path}: expected an object of node id -> seconds >= 0")
+    return {str(k): float(v) for k, v in data.items()}
+
+
+def assign_stages(ids: list[str], durations: dict[str, float], stages: int) -> list[list[str]]:
+    """The ``stages`` stages of ``ids`` (each a list in the order of ``ids``), balanced by ``durations``."""
+    known = [durations[i] for i in ids if i in durations]
+    default = statistics.median(known) if known else 1.0
+    weight = {i: durations.get(i, default) for i in ids}
+    totals = [0.0] * stages
+    stage_of: dict[str, int] = {}
+    for i in sorted(set(ids), key=lambda i: (-weight[i], i)):
+        s = min(range(stages), key=lambda s: (totals[s], s))
+        stage_of[i] = s
+        totals[s] += weight[i]
+    return [[i for i in ids if stage_of[i] == s] for s in range(stages)]
+
+
+def durations_path(config: pytest.Config, lane_name: str) -> Path:
+    given = config.getoption("kvcm_durations")
+    if given:
+        path = Path(given)
+        return path if path.is_absolute() else config.invocation_params.dir / path
+    return config.rootpath / "ci" / "durations" / f"{lane_name}.json"
+
+
+def configure(config: pytest.Config, lane_name: str | None) -> None:
+    """Called by lane selection once the lane is known: check the options, start recording if asked."""
+    split = config.getoption("kvcm_stage_split")
+    record = config.getoption("kvcm_record_durations")
+    if split and lane_name is None:
+        raise pytest.UsageError(f"--kvcm-stage-split={split}: splits a lane; give --kvcm-lane too")
+    if record and lane_name is None and not config.getoption("kvcm_durations"):
+        raise pytest.UsageError("--kvcm-record-durations: give --kvcm-lane (the file is ci/durations/<lane>.json) "
+                                "or --kvcm-durations PATH")
+    if not (split or record):
+        return
+    config.stash[_PATH] = durations_path(config, lane_name or "")
+    if split:
+        config.stash[_SPLIT] = parse_split(split)
+    if record and not hasattr(config, "workerinput"):  # the xdist controller sees every report
+        config.stash[_RECORD] = {}
+
+
+def select_stage(config: pytest.Config, items: list[pytest.Item]) -> str | None:
+    """Keep the items of this run's stage (the rest deselected); a summary phrase, or None without a split."""
+    split = config.stash.get(_SPLIT, None)
+    if split is None:
+        return None
+    stage, stages = split
+    path = config.stash[_PATH]
+    durations = load_durations(path)
+    ids = [i.nodeid for i in items]
+    mine = set(assign_stages(ids, durations, stages)[stage - 1])
+    dropped = [i for i in items if i.nodeid not in mine]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = [i for i in items if i.nodeid in mine]
+    recorded = sum(1 for i in ids if i in durations)
+    mine_s = sum(durations.get(i, 0.0) for i in mine)
+    return (f"stage {stage}/{stages}: {len(items)} of {len(ids)} tests, {mine_s:.1f} s of "
+            f"{sum(durations.get(i, 0.0) for i in ids):.1f} s recorded ({len(ids) - recorded} without a recording)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _RECORD in session.config.stash:
+        session.config.pluginmanager.register(_Recorder(session.config), "kvcm-durations-recorder")
+
+
+class _Recorder:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.seconds = config.stash[_RECORD]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.seconds:
+            return
+        path = self.config.stash[_PATH]
+        merged = {**load_durations(path), **{k: round(v, 3) for k, v in self.seconds.items()}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n", encoding="utf-8")
