@@ -168,22 +168,7 @@ def _progress(versions: list[str], show: bool | None):
 def render(result: dict) -> str:
     from .plan_text import render as render_text
 
-    text = render_text(result)
-    split = result.get("draft_split")
-    if split is None:
-        return text
-    if split["total_bytes"] is None:
-        lines = [f"draft model {split['draft_model']}: a token budget, so each cache holds max_tokens"]
-    else:
-        lines = [f"draft model {split['draft_model']}: one budget of {split['total_bytes'] / GiB:.2f} GiB split "
-                 f"by KV bytes per token: target {split['target_bytes'] / GiB:.2f} GiB, draft "
-                 f"{split['draft_bytes'] / GiB:.2f} GiB"]
-    for m in result["managers"]:
-        if "draft" in m:
-            d = m["draft"]
-            lines.append(f"  {m['version']} draft cache: {d['pool_bytes'] / GiB:.2f} GiB, {d['max_tokens']} tokens; "
-                         f"target cache: {m['final']['pool_bytes'] / GiB:.2f} GiB, {m['final']['max_tokens']} tokens")
-    return text + "\n\n" + "\n".join(lines)
+    return render_text(result)
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):

@@ -60,8 +60,27 @@ def verdict(m: dict, result: dict) -> str:
     if "error" in m:
         return f"{v}: does not fit: {m['error']}"
     f = m["final"]
-    return (f"{v}: KV cache {size(f['pool_bytes'])} = {f['max_tokens']:,} tokens at S={result['max_seq_len']:,}: "
-            f"{concurrency_words(m, result)}; {warmup_fit(m)}")
+    draft = f" (+ draft model's {size(m['draft']['pool_bytes'])})" if "draft" in m else ""
+    return (f"{v}: KV cache {size(f['pool_bytes'])}{draft} = {f['max_tokens']:,} tokens at "
+            f"S={result['max_seq_len']:,}: {concurrency_words(m, result)}; {warmup_fit(m)}")
+
+
+def draft_lines(result: dict) -> list[str]:
+    """``--draft-model``: how one budget was split between the target's cache and the draft's."""
+    split = result.get("draft_split")
+    if split is None:
+        return []
+    if split["total_bytes"] is None:
+        lines = [f"draft model {split['draft_model']}: a token budget, so each cache holds max_tokens"]
+    else:
+        lines = [f"draft model {split['draft_model']}: one budget of {size(split['total_bytes'])} split by KV bytes "
+                 f"per token: target {size(split['target_bytes'])}, draft {size(split['draft_bytes'])}"]
+    for m in result["managers"]:
+        if "draft" in m:
+            d, f = m["draft"], m["final"]
+            lines.append(f"  {m['version'].upper()} draft cache: {size(d['pool_bytes'])}, {d['max_tokens']:,} tokens; "
+                         f"target cache: {size(f['pool_bytes'])}, {f['max_tokens']:,} tokens")
+    return lines
 
 
 def assumptions(result: dict) -> list[str]:
@@ -159,4 +178,7 @@ def render(result: dict) -> str:
     for m in result["managers"]:
         lines.append("")
         lines += version_lines(m, result)
+    draft = draft_lines(result)
+    if draft:
+        lines += [""] + draft
     return "\n".join(lines)

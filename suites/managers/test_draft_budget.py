@@ -78,4 +78,4 @@ def test_plan_shows_the_split(capsys):
     for m in out["managers"]:
         assert m["final"]["pool_bytes"] + m["draft"]["pool_bytes"] <= total, m["version"]
     kvcm.cli.main(["plan", "--model", "llama-3-8b", "--draft-model", "qwen3-0.6b", "-D", "4", "--version", "v2"])
-    assert "split by KV bytes per token: target 38.40 GiB, draft 33.60 GiB" in capsys.readouterr().out
+    assert "split by KV bytes per token: target 38.4 GiB, draft 33.6 GiB" in capsys.readouterr().out
