@@ -311,6 +311,8 @@ def main(argv=None):
             continue
         if args.device == "cuda":
             info[name] = {"peak_gib": (torch.cuda.max_memory_allocated() - base) / 2**30}
+        n = sum(len(o.token_ids) for o in outs[name])   # said now too, so a run cut short keeps it
+        say(f"   {name} first round: {n} tokens in {times[name][0]:.2f} s = {n / times[name][0]:.1f} tok/s")
     for r in range(1, args.repeats):
         for name in (list(engines) if r % 2 == 0 else list(reversed(engines))):
             timed_round(name)
