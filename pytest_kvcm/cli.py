@@ -20,6 +20,11 @@ def _sensitivity_parser(prog: str) -> argparse.ArgumentParser:
                     help="only these defects (repeatable; default: every registered one)")
     ap.add_argument("--pytest-args", default="", help="extra arguments for every pytest run (default: none)")
     ap.add_argument("--json", default=None, help="also write the table as JSON to this file (default: no file)")
+    ap.add_argument("--mode", choices=("fast", "full"), default="fast",
+                    help="fast: each defect runs the tests it names as catchers (a defect naming none runs the "
+                         "lane); full: the whole lane per defect, also reporting unnamed catchers (default: fast)")
+    ap.add_argument("--min-catchers", type=int, default=2,
+                    help="tests that must fail for a defect to count as caught (default: 2)")
     return ap
 
 

@@ -1,8 +1,15 @@
 """``kvcm sensitivity``: prove the suites can fail.
 
-Runs the lane once clean and once per registered defect (``--kvcm-inject``), each in its own pytest process,
-and prints defect -> the tests that caught it. Exits non-zero when the clean run fails or any defect goes
-uncaught: a suite that cannot see a historic defect come back is not guarding against it.
+Every registered defect is put back (``--kvcm-inject``), each in its own pytest process, and the run must fail:
+a suite that cannot see a historic defect come back is not guarding against it. Two modes:
+
+* ``fast`` (the default, what CI runs): each defect runs only the tests it names as its ``catchers``, after one
+  clean run of all of them; a defect must be caught by at least ``--min-catchers`` tests (2). A defect that
+  names no catchers (a user's own, say) runs the whole lane instead. Minutes, not an hour.
+* ``full``: the whole lane per defect, as a release check; it also reports tests that caught a defect without
+  being named (candidates for ``catchers``) and named catchers that did not fail.
+
+Exits non-zero when a clean run fails or any defect is caught by fewer tests than required.
 """
 
 from __future__ import annotations
@@ -34,22 +41,23 @@ def failed_tests(junit_path: Path) -> tuple[int, list[str]]:
     return total, failed
 
 
-def registered_defects() -> dict[str, str]:
-    """Ask pytest itself, so defects registered by users' plugins and conftest files count too."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", *plugin_args(), "--kvcm-list-defects", "-q"], capture_output=True, text=True)
+def registered_defects() -> dict[str, dict]:
+    """Ask pytest itself, so defects registered by users' plugins and conftest files count too:
+    name -> {story, upstream, catchers}."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", *plugin_args(), "--kvcm-list-defects-json", "-q"], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"kvcm sensitivity: pytest --kvcm-list-defects failed:\n{proc.stdout}{proc.stderr}")
-    out = {}
-    for line in proc.stdout.splitlines():
-        name, sep, story = line.partition(": ")
-        if sep and " " not in name:
-            out[name] = story
-    return out
+        raise SystemExit(f"kvcm sensitivity: pytest --kvcm-list-defects-json failed:\n{proc.stdout}{proc.stderr}")
+    listing = next(line for line in proc.stdout.splitlines() if line.startswith("["))
+    return {d["name"]: d for d in json.loads(listing)}
 
 
-def run_lane(lane: str, defect: str | None, extra: list[str], workdir: Path) -> dict:
-    junit = workdir / f"{defect or 'clean'}.xml"
-    cmd = [sys.executable, "-m", "pytest", *plugin_args(), f"--kvcm-lane={lane}", "--kvcm-version=both", "-q", "-p", "no:randomly",
+def run_lane(lane: str, defect: str | None, extra: list[str], workdir: Path, tests: list[str] | None = None,
+             label: str | None = None) -> dict:
+    """One pytest process: the lane, or just ``tests`` (node ids) when given; ``defect`` injected if any."""
+    junit = workdir / f"{label or defect or 'clean'}.xml"
+    select = list(tests) if tests else [f"--kvcm-lane={lane}"]
+    cmd = [sys.executable, "-m", "pytest", *plugin_args(), *select, "--kvcm-version=both", "-q", "-p", "no:randomly",
            f"--junitxml={junit}", *extra]
     if defect:
         cmd.append(f"--kvcm-inject={defect}")
@@ -97,6 +105,19 @@ class Progress:
             self.bar.close()
 
 
+def _levels(tests: list[str]) -> list[str]:
+    """The suites (managers, contract, engine, ...) the catching tests belong to."""
+    return sorted({t.split(".")[1] if t.startswith("suites.") else t.split(".")[0] for t in tests})
+
+
+def _named(test: str, catchers) -> bool:
+    """Whether a JUnit id (``suites.x.test_f::test_g[p]``) is one of the node-id prefixes in ``catchers``."""
+    module, _, name = test.partition("::")
+    path = module.replace(".", "/") + ".py"
+    return any(f"{path}::{name}".startswith(c) or path == c.rstrip("/") or path.startswith(c.rstrip("/") + "/")
+               for c in catchers)
+
+
 def main(args) -> int:
     registry = registered_defects()
     names = args.defect or list(registry)
@@ -104,29 +125,56 @@ def main(args) -> int:
     if unknown:
         print(f"kvcm sensitivity: unknown defect(s) {', '.join(unknown)}; registered: {', '.join(registry)}")
         return 2
+    mode, need = getattr(args, "mode", "fast"), getattr(args, "min_catchers", 2)
     extra = shlex.split(args.pytest_args) if args.pytest_args else []
     jobs = int(os.environ.get("KVCM_SENSITIVITY_JOBS", "1"))
+    targeted = {n: registry[n]["catchers"] for n in names if mode == "fast" and registry[n]["catchers"]}
+    union = sorted({c for cs in targeted.values() for c in cs})
+    plan = []  # (label, defect, tests): clean runs first
+    if union:
+        plan.append(("clean-catchers", None, union))
+    if len(targeted) < len(names):
+        plan.append(("clean", None, None))
+    plan += [(n, n, targeted.get(n)) for n in names]
+    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvcm-sensitivity-") as tmp:
-        with ThreadPoolExecutor(max_workers=jobs) as pool, Progress(1 + len(names), args.lane) as progress:
-            runs = list(pool.map(lambda d: progress.done(run_lane(args.lane, d, extra, Path(tmp))), [None, *names]))
-    clean, defects = runs[0], runs[1:]
-    ok = clean["returncode"] == 0 and not clean["caught_by"]
-    print(f"clean run of lane {args.lane}: {clean['tests']} tests, {len(clean['caught_by'])} failed, "
-          f"exit {clean['returncode']} ({clean['seconds']} s)")
-    if not ok:
-        print(clean["tail"])
-    print("\ndefect: what it was\n    the tests that caught it")
+        with ThreadPoolExecutor(max_workers=jobs) as pool, Progress(len(plan), args.lane) as progress:
+            runs = list(pool.map(lambda p: progress.done(run_lane(args.lane, p[1], extra, Path(tmp), p[2], p[0])),
+                                 plan))
+    cleans, defects = runs[:len(plan) - len(names)], runs[len(plan) - len(names):]
+    ok = True
+    for (label, _, tests), clean in zip(plan, cleans):
+        what = f"the {len(tests)} named catchers" if tests else f"lane {args.lane}"
+        good = clean["returncode"] == 0 and not clean["caught_by"] and clean["tests"] > 0
+        ok &= good
+        print(f"clean run of {what}: {clean['tests']} tests, {len(clean['caught_by'])} failed, "
+              f"exit {clean['returncode']} ({clean['seconds']} s)")
+        if not good:
+            print(clean["tail"])
+    print(f"\nmode {mode}: each defect must be caught by at least {need} tests\n"
+          f"defect (upstream): what it was\n    the tests that caught it")
     for run in defects:
-        caught = run["caught_by"]
-        ok &= bool(caught)
-        story = registry[run["defect"]]
-        verdict = f"caught by {len(caught)} test(s)" if caught else "UNCAUGHT"
-        print(f"\n{run['defect']} ({verdict}, {run['seconds']} s): {story}")
+        d, caught = registry[run["defect"]], run["caught_by"]
+        enough = len(caught) >= need
+        ok &= enough
+        how = "its named catchers" if run["defect"] in targeted else f"lane {args.lane}"
+        verdict = (f"caught by {len(caught)} test(s) in {', '.join(_levels(caught))}" if caught else "UNCAUGHT")
+        if caught and not enough:
+            verdict += f": FEWER THAN {need}"
+        print(f"\n{run['defect']} ({verdict}; ran {how}, {run['seconds']} s): {d['story']}"
+              + (f" [upstream: {d['upstream']}]" if d["upstream"] else ""))
         for test in caught:
-            print(f"    {test}")
+            mark = "" if mode == "fast" or not d["catchers"] or _named(test, d["catchers"]) else "   (not named)"
+            print(f"    {test}{mark}")
+        if mode == "full" and d["catchers"]:
+            missed = [c for c in d["catchers"] if not any(_named(t, [c]) for t in caught)]
+            for c in missed:
+                print(f"    named but did not fail: {c}")
         if not caught:
             print(f"    no test failed (exit {run['returncode']}, {run['tests']} tests ran)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"clean": clean, "defects": defects}, indent=2))
-    print("\nsensitivity: " + ("every defect caught" if ok else "FAILED: a defect went uncaught or the clean run failed"))
+        Path(args.json).write_text(json.dumps({"mode": mode, "clean": cleans, "defects": defects}, indent=2))
+    print(f"\nsensitivity ({mode}, {len(defects)} defects, {round(time.monotonic() - start)} s): "
+          + ("every defect caught" + (f" by at least {need} tests" if need > 1 else "") if ok
+             else "FAILED: a defect went uncaught or under-caught, or a clean run failed"))
     return 0 if ok else 1

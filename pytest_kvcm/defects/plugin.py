@@ -17,8 +17,10 @@ def pytest_addoption(parser):
     group = parser.getgroup("kvcm")
     group.addoption("--kvcm-inject", metavar="NAME", default=None,
                     help="put one registered historic defect back into kvcm for this run (see --kvcm-list-defects)")
-    group.addoption("--kvcm-list-defects", action="store_true",
+    group.addoption("--kvcm-list-defects", action="store_const", const="text", default=None,
                     help="list the registered defects with their upstream references and exit")
+    group.addoption("--kvcm-list-defects-json", dest="kvcm_list_defects", action="store_const", const="json",
+                    help="the same as one JSON list (name, story, upstream, catchers), for tools")
 
 
 def pytest_configure(config):
@@ -39,10 +41,17 @@ def describe(d) -> str:
 
 
 def pytest_cmdline_main(config):
-    if config.getoption("kvcm_list_defects"):
+    listing = config.getoption("kvcm_list_defects")
+    if listing:
         config._do_configure()
-        for d in config._kvcm_defects:
-            print(describe(d))
+        if listing == "json":
+            import json
+
+            print(json.dumps([{"name": d.name, "story": d.story, "upstream": d.upstream, "catchers": list(d.catchers)}
+                              for d in config._kvcm_defects]))
+        else:
+            for d in config._kvcm_defects:
+                print(describe(d))
         config._ensure_unconfigure()
         return 0
     return None

@@ -12,7 +12,12 @@ from ._registry import defect
 
 @defect("gen-dummy-extra-token", upstream="TensorRT-LLM PR #19213 (generation dummies resized to capacity + 1, "
         "see PR #17489)",
-        story="generation dummies one token too large: CUDA-graph warmup skipped page-boundary batch shapes")
+        story="generation dummies one token too large: CUDA-graph warmup skipped page-boundary batch shapes",
+        catchers=("suites/managers/test_capacity_trace.py::test_generation_dummy_history_31_holds_32",
+                  "suites/managers/test_page_boundary.py::test_dummy_at_page_boundary_fits",
+                  "suites/contract/test_target_page_boundary.py::"
+                  "test_request_filling_the_free_pages_fits_and_one_more_token_does_not",
+                  "suites/engine/test_cuda_graph.py::test_warmup_on_a_page_boundary_captures_every_shape"))
 def gen_dummy_extra_token(mp):
     """Generation dummies hold token_num + E + K + 1: the current input counted twice."""
     from kvcm.manager_v1 import KVCacheManagerV1
@@ -29,7 +34,10 @@ def gen_dummy_extra_token(mp):
 
 @defect("generic-longest-decode", upstream="TensorRT-LLM PR #19213 (reverts the move made in PR #16545)",
         story="V4's longest-decode constraint in generic V2 inflated every ordinary model's estimation pool past "
-              "its budget")
+              "its budget",
+        catchers=("suites/managers/test_formulas.py::test_generic_v2_has_no_longest_decode",
+                  "suites/managers/test_budget.py::test_ordinary_model_estimation_within_budget",
+                  "suites/engine/test_cuda_graph.py::test_warmup_on_a_page_boundary_captures_every_shape"))
 def generic_longest_decode(mp):
     from kvcm.config import BatchDesc, KVCacheDesc
     from kvcm.constraints import NamedConstraint
@@ -47,7 +55,10 @@ def generic_longest_decode(mp):
 
 
 @defect("v4-constraints-ignore-pool-ratio", upstream="TensorRT-LLM PR #19213 (the explicit pool-ratio opt-out)",
-        story="DeepSeek-V4 built constraints despite an explicit pool_ratio")
+        story="DeepSeek-V4 built constraints despite an explicit pool_ratio",
+        catchers=("suites/managers/test_formulas.py::test_v4_explicit_pool_ratio_has_no_constraints",
+                  "suites/managers/test_budget.py::test_deepseek_v4_explicit_ratio_has_no_floors",
+                  "suites/managers/test_page_boundary.py::test_deepseek_v4_dummy_at_page_boundary_with_shorts_held"))
 def v4_constraints_ignore_pool_ratio(mp):
     from kvcm import constraints as c
     from kvcm.deepseek_v4 import DeepseekV4CacheManager
@@ -67,7 +78,10 @@ def v4_constraints_ignore_pool_ratio(mp):
 
 @defect("available-tokens-ignore-draft", upstream="TensorRT-LLM PR #17162 (spec extra tokens left out of the "
         "warmup block estimate)",
-        story="available tokens not reduced by the draft tokens: spec-decode dummies overflowed the pool")
+        story="available tokens not reduced by the draft tokens: spec-decode dummies overflowed the pool",
+        catchers=("suites/managers/test_formulas.py::test_v2_available_tokens",
+                  "suites/managers/test_page_boundary.py::test_dummy_at_page_boundary_fits",
+                  "suites/contract/test_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
 def available_tokens_ignore_draft(mp):
     from kvcm.manager_v1 import KVCacheManagerV1
     from kvcm.manager_v2 import KVCacheManagerV2
@@ -84,7 +98,10 @@ def available_tokens_ignore_draft(mp):
 
 @defect("context-constraint-ignores-extra", upstream="TensorRT-LLM PR #16173 (DSV4 context constraint sized "
         "without num_extra_kv_tokens)",
-        story="the chunked-prefill constraint forgot the extra KV tokens")
+        story="the chunked-prefill constraint forgot the extra KV tokens",
+        catchers=("suites/managers/test_formulas.py::test_generic_context_constraint_is_n_plus_e",
+                  "suites/managers/test_formulas.py::test_generic_context_floor_counts_extra_tokens",
+                  "suites/managers/test_plan_cli.py::test_plan_llama3_v2_limits"))
 def context_constraint_ignores_extra(mp):
     import kvcm.manager_v2 as v2
 
@@ -98,7 +115,10 @@ def context_constraint_ignores_extra(mp):
 
 @defect("stale-window-early-release", upstream="TensorRT-LLM PR #6768 (linear SWA blocks, out-of-window blocks "
         "detached); the +1 in-flight token of SEMANTICS 4.1",
-        story="sliding-window pages released one token early: attention read a freed page")
+        story="sliding-window pages released one token early: attention read a freed page",
+        catchers=("suites/managers/test_formulas.py::test_stale_range_formula",
+                  "suites/managers/test_formulas.py::test_stale_blocks_released_by_v2_resize",
+                  "suites/contract/test_sliding_window.py::test_window_pages_follow_the_window"))
 def stale_window_early_release(mp):
     from kvcm.layer_groups import LayerGroup, ceil_div
 

@@ -37,6 +37,19 @@ class _KvcmTarget(KVCacheTarget):
     def _free(self, rid: str) -> None:
         self.manager.free_resources(rid)
 
+    # ---- the engine's own capacity query (TensorRT-LLM's surface; vLLM and transformers have none) ------------
+    def available_tokens(self, bound: int, batch_size: int = 1, lookahead: int = 0) -> int:
+        return self.manager.get_num_available_tokens(token_num_upper_bound=bound, batch_size=batch_size,
+                                                     max_num_draft_tokens=lookahead)
+
+    def allocate_generation(self, rids: list[str], token_nums: list[int], lookahead: int = 0) -> bool:
+        """Generation-shaped requests (history = tokens - 1), as warmup dummies and decode steps are."""
+        made = self.manager.add_dummy_requests(list(rids), token_nums=list(token_nums), is_gen=True,
+                                               max_num_draft_tokens=lookahead)
+        if made is not None:
+            self._tokens.update(zip(rids, token_nums))
+        return made is not None
+
 
 class KvcmV2Target(_KvcmTarget):
     """V2: ``resize(capacity, history)``; capacity only grows here, as engines' schedulers do."""

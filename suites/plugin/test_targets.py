@@ -27,7 +27,7 @@ def test_readme_adapter_passes_the_contract_suites(pytester):
     _suites(pytester, "test_target_page_boundary.py", "test_lifecycle.py", "test_max_model_len.py",
             "test_sliding_window.py", "test_target_state_machine.py")
     result = pytester.runpytest_subprocess("--kvcm-target=mine", "-p", "no:randomly")
-    result.assert_outcomes(passed=12, skipped=2)
+    result.assert_outcomes(passed=13, skipped=2)
 
 
 def test_a_leaking_adapter_fails_the_leak_and_batch_checks(pytester):
@@ -65,3 +65,13 @@ def test_x(kvcm_target):
     result = pytester.runpytest_subprocess("--kvcm-target=absent", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*target absent: pip install absent-engine*"])
+
+
+def test_pool_for_max_model_len_counts_reserved_pages():
+    """vLLM PR #47272: a pool of exactly ceil(max_model_len / block_size) blocks passed the startup check and
+    hung, one block short: the null block is not a page any request gets."""
+    from pytest_kvcm.targets import contract
+
+    assert contract.pages_for_max_model_len(5 * 16 + 3, 16, reserved_pages=0) == 6
+    assert contract.pages_for_max_model_len(5 * 16 + 3, 16, reserved_pages=1) == 7
+    assert contract.pages_for_max_model_len(6 * 16, 16, reserved_pages=1) == 7

@@ -1,0 +1,21 @@
+"""The engine's cache for a sliding-window model: one pool per window group, B windows each (vLLM PR #14097:
+not sized as global layers; vLLM issue #49878: one window per request, not two in-flight allowances)."""
+
+import pytest
+
+import kvcm
+from kvcm.engine import LLM
+from kvcm.models import tiny_model
+
+
+@pytest.mark.parametrize("batch", [2, 4])
+def test_sliding_window_model_gets_window_sized_pools(batch):
+    model, _ = tiny_model("mistral", seed=0)  # every layer slides, window 16
+    cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=512, dtype="float32")
+    llm = LLM(model, manager_version="v2", kv_cache_config=cfg, device="cpu", max_batch_size=batch, max_seq_len=96)
+    try:
+        groups = llm.manager.layer_groups
+        assert [g.window for g in groups] == [16], [(g.name, g.window) for g in groups]
+        assert groups[0].num_blocks == batch * (16 // 8 + 1)
+    finally:
+        llm.close()
