@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     from . import plan
 
     parser = argparse.ArgumentParser(prog="kvcm", description=DESCRIPTION)
-    parser.add_argument("--debug", action="store_true", help="on an error, show the Python traceback too")
+    parser.add_argument("--debug", action="store_true", help="on an error, show the Python traceback too (default: off)")
     sub = parser.add_subparsers(dest="command", required=True)
     plan.add_arguments(sub.add_parser("plan", help="size a model's KV cache: pools, constraints, warmup plan"))
     for name in PLUGIN_COMMANDS:

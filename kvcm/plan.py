@@ -172,11 +172,16 @@ def render(result: dict) -> str:
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends ``(default: X)`` where there is one to show; an unset option's help says what applies instead."""
+    """Appends ``(default: X)``; a flag's is ``off``; an unset option's help says what applies instead."""
 
     def _get_help_string(self, action):
-        if action.default in (None, False) or "default:" in (action.help or ""):
-            return action.help
+        text = action.help or ""
+        if "default:" in text or action.default is argparse.SUPPRESS:
+            return text
+        if action.default is False and action.nargs == 0:
+            return f"{text} (default: off)"
+        if action.default is None:
+            return text
         return super()._get_help_string(action)
 
 

@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None, prog: str = "pytest-kvcm dashboard") -> 
     ap = argparse.ArgumentParser(prog=prog, description="Render a kvcm results store as one HTML file.")
     ap.add_argument("--results", default=DEFAULT_PATH, help=f"SQLite results store (default {DEFAULT_PATH})")
     ap.add_argument("--out", default="kvcm-dashboard.html", help="HTML file to write (default kvcm-dashboard.html)")
-    ap.add_argument("--title", default="kvcm results")
+    ap.add_argument("--title", default="kvcm results", help="the page's title (default: kvcm results)")
     args = ap.parse_args(argv)
     try:
         out = render_dashboard(args.results, args.out, title=args.title)

@@ -131,3 +131,21 @@ def test_plan_subprocess_mistral_json():
     # V2 releases stale window blocks: at history 8191, (8192 - 4096) // 32 = 128 stale -> 128 held -> 144.
     assert by_version["v1"]["max_concurrency"] == 72
     assert by_version["v2"]["max_concurrency"] == 144
+
+
+def test_every_plan_option_states_its_default(capsys):
+    with pytest.raises(SystemExit):
+        kvcm.cli.main(["plan", "--help"])
+    text = capsys.readouterr().out
+    entries = {}  # option -> its help, joined across argparse's wrapped lines
+    for line in text.split("options:")[1].splitlines():
+        if line.startswith("  -"):
+            name = line.split()[0].rstrip(",")
+            entries[name] = line
+        elif entries:
+            entries[name] += " " + line.strip()
+    entries.pop("-h")
+    assert len(entries) >= 15, entries
+    missing = [name for name, entry in entries.items() if "(default: " not in entry and "default: " not in entry]
+    assert not missing, f"options without a stated default: {missing}"
+    assert "``" not in text
