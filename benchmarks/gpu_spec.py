@@ -95,7 +95,7 @@ def main(argv=None):
         return llm
 
     def timed(llm, ps, batch):
-        llm.max_batch_size = batch                   # graphs were captured for every batch up to B
+        llm.limits = llm.limits.replace(max_batch_size=batch)   # graphs were captured for every batch up to B
         times, outs = [], None
         for _ in range(args.repeats):
             sync(dev)
