@@ -58,6 +58,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=2, help="timed runs of each configuration (median)")
     ap.add_argument("--tolerance", type=float, default=1e-3, help="logit margin below which a flip is a near tie")
     ap.add_argument("--gsm8k", default=os.environ.get("KVCM_GSM8K_DIR"))
+    ap.add_argument("--token-buckets", type=int, nargs="*", default=None,
+                    help="graphs for mixed steps (default: the engine's, 16 .. 8192)")
     ap.add_argument("--only", choices=["exactness", "speed"], default=None, help="run one section")
     ap.add_argument("--json", default=None, help="write every figure to this file")
     args = ap.parse_args(argv)
@@ -90,7 +92,7 @@ def main(argv=None):
         kind = None if drafter is None else drafter_model if drafter == "model" else "ngram"
         llm = LLM(model, tok, manager_version=version, kv_cache_config=cfg, max_batch_size=B, max_seq_len=max_seq,
                   device=dev, cuda_graph=dev == "cuda", max_draft_len=d, drafter=kind,
-                  draft_manager_version=draft_version)
+                  draft_manager_version=draft_version, cuda_graph_token_buckets=args.token_buckets)
         llm.generate(prompts[:2], SamplingParams(max_new_tokens=4))   # first launches, kernel compiles
         return llm
 
