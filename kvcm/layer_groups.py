@@ -53,12 +53,16 @@ class LayerGroup:
 
 
 def build_layer_groups(spec: ModelSpec, tpb: int) -> list[LayerGroup]:
-    """Group layers by life cycle (window, sinks), numbered in order of first appearance, as TensorRT-LLM's
-    ``LifeCycleRegistry`` numbers them: a ``pool_ratio`` copied from a real config weights the same groups."""
+    """Group layers by life cycle, numbered in order of first appearance, as TensorRT-LLM's
+    ``LifeCycleRegistry`` numbers them: a ``pool_ratio`` copied from a real config weights the same groups.
+
+    A life cycle is (window, sink *blocks*), as ``AttnLifeCycle`` keys it: layers whose sink tokens round up to
+    the same number of blocks share one group, which keeps ``sink_blocks * tpb`` sink tokens.
+    """
     keys: list[tuple] = []
     members: dict[tuple, list[int]] = {}
     for i, layer in enumerate(spec.layers):
-        key = (layer.sliding_window, layer.sink_tokens)
+        key = (layer.sliding_window, ceil_div(layer.sink_tokens, tpb))
         if key not in members:
             keys.append(key)
             members[key] = []
@@ -69,9 +73,9 @@ def build_layer_groups(spec: ModelSpec, tpb: int) -> list[LayerGroup]:
         for li in members[key]:
             offsets[li] = offset
             offset += spec.layers[li].bytes_per_block(tpb)
-        window, sinks = key
+        window, sink_blocks = key
         name = "full" if window is None else f"window{window}"
-        groups.append(LayerGroup(gi, tuple(members[key]), window, sinks, offset, offsets, name=name))
+        groups.append(LayerGroup(gi, tuple(members[key]), window, sink_blocks * tpb, offset, offsets, name=name))
     return groups
 
 

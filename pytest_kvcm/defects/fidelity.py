@@ -88,3 +88,29 @@ def layer_groups_full_first(mp):
         return [dataclasses.replace(g, index=i) for i, g in enumerate(groups)]
 
     mp.setattr(manager, "build_layer_groups", full_first)
+
+
+@defect("life-cycles-keyed-by-sink-tokens",
+        upstream="TensorRT-LLM tensorrt_llm/runtime/kv_cache_manager_v2/_life_cycle_registry.py "
+                 "(AttnLifeCycle keeps num_sink_blocks = div_up(num_sink_tokens, tokens_per_block))",
+        story="sliding layers whose sink tokens fill the same blocks kept apart: one pool more than TensorRT-LLM "
+              "has, each sized on its own",
+        catchers=("suites/conformance/test_life_cycles.py",))
+def life_cycles_keyed_by_sink_tokens(mp):
+    import kvcm.manager as manager
+    from kvcm.layer_groups import LayerGroup
+
+    def by_tokens(spec, tpb):
+        members: dict[tuple, list[int]] = {}
+        for i, layer in enumerate(spec.layers):
+            members.setdefault((layer.sliding_window, layer.sink_tokens), []).append(i)
+        groups = []
+        for gi, ((window, sinks), layers) in enumerate(members.items()):
+            offsets, offset = {}, 0
+            for li in layers:
+                offsets[li], offset = offset, offset + spec.layers[li].bytes_per_block(tpb)
+            name = "full" if window is None else f"window{window}"
+            groups.append(LayerGroup(gi, tuple(layers), window, sinks, offset, offsets, name=name))
+        return groups
+
+    mp.setattr(manager, "build_layer_groups", by_tokens)

@@ -64,3 +64,14 @@ def test_pool_ratio_weights_groups_in_registry_order():
     cfg = KvCacheConfig(max_gpu_total_bytes=40 * 2048, pool_ratio=(3, 1))
     mgr = kvcm.KVCacheManagerV2(sliding_then_full(64), cfg, max_batch_size=4, max_seq_len=4096, device="meta")
     assert [(g.window, g.num_blocks) for g in mgr.layer_groups] == [(64, 30), (None, 10)]
+
+
+@pytest.mark.parametrize("sinks", [(4, 8, 40), (1, 32, 64)])
+def test_sink_tokens_that_round_to_the_same_blocks_share_a_life_cycle(sinks):
+    """Source: ``AttnLifeCycle`` keys a life cycle by ``num_sink_blocks = div_up(num_sink_tokens, tpb)``: at tpb
+    32, windows of 64 with 4 and with 8 sink tokens (or 1 and 32) are one life cycle (one sink block); 40 (or 64)
+    sink tokens, two blocks, are another."""
+    layers = tuple(LayerSpec(1, 16, "bfloat16", 64, sink_tokens=s, model_layer=i) for i, s in enumerate(sinks))
+    mgr = kvcm.KVCacheManagerV2(ModelSpec(layers), KvCacheConfig(max_gpu_total_bytes=2**20), max_batch_size=2,
+                                max_seq_len=4096, device="meta")
+    assert [(g.layers, g.sink_blocks(32)) for g in mgr.layer_groups] == [((0, 1), 1), ((2,), 2)]
