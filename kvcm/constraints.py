@@ -3,7 +3,7 @@
 A constraint is a batch (``BatchDesc``) the manager must always be able to hold; it puts a floor under every
 group's pool. The typical step (or an explicit ``pool_ratio``) decides how the rest of the budget is shared.
 Floors that cost more than the budget raise ``BudgetExceededError``: a pool is never sized past its budget in
-silence (SEMANTICS 4.3 and 6).
+silence (docs/semantics.md 4.3 and 6).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def batch_bytes(batch: BatchDesc, groups: list[LayerGroup], tpb: int) -> int:
 def generic_constraints(limits: Limits) -> list[NamedConstraint]:
     """Generic V2: only the context (chunked-prefill) constraint, when ``max_num_tokens`` is set.
 
-    There is deliberately no longest-decode constraint here: it belongs to DeepSeek-V4 alone (SEMANTICS 6).
+    There is deliberately no longest-decode constraint here: it belongs to DeepSeek-V4 alone (docs/semantics.md 6).
     """
     if limits.max_num_tokens is None:
         return []

@@ -3,7 +3,7 @@
 The estimation cache is built with ``avg_seq_len = max_seq_len`` and a budget of ``fraction * free memory``;
 warmup runs on it, it is released, and the final cache is built from the user's config. An ordinary model's
 estimation cache must stay inside its budget: constraint floors that do not fit raise ``BudgetExceededError``
-instead of growing the pool (SEMANTICS 6).
+instead of growing the pool (docs/semantics.md 6).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""KVCacheManagerV1: token counting (SEMANTICS 3).
+"""KVCacheManagerV1: token counting (docs/semantics.md 3).
 
 A request holds a token count and ``ceil(count / tpb)`` blocks in every pool (one pool per window); all pools
 have the same number of blocks, so one V1 "block" spans every layer. V1 has no constraints, no typical step

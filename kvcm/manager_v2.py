@@ -1,4 +1,4 @@
-"""KVCacheManagerV2: capacity based, one pool per layer group, constraints and a typical step (SEMANTICS 4).
+"""KVCacheManagerV2: capacity based, one pool per layer group, constraints and a typical step (docs/semantics.md 4).
 
 A request holds a capacity (slots reserved) and a history (slots whose KV is final). ``resize`` moves both;
 sliding-window groups release the blocks that fell out of the window, and growth never allocates them.
@@ -120,7 +120,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
                      for group, blocks in zip(self.layer_groups, seq.blocks)]
             raise self._out_of_pages(request_id, needs, what)
 
-    # ---- engine paths (SEMANTICS 4.1) -----------------------------------------------------------------------
+    # ---- engine paths (docs/semantics.md 4.1) -----------------------------------------------------------------------
     def begin_context_chunk(self, request_id, start: int, num_tokens: int, prompt_len: int, draft_len: int = 0):
         """A chunk of n tokens at position p: ``resize(max(capacity, p + n + E))``."""
         start = validation.count("start", start)

@@ -62,7 +62,7 @@ class LayerSpec:
 
     @property
     def bytes_per_token(self) -> int:
-        """SEMANTICS 2: ``kv_factor * num_kv_heads * head_dim * dtype_bytes`` (MLA: latent width, factor 1)."""
+        """docs/semantics.md 2: ``kv_factor * num_kv_heads * head_dim * dtype_bytes`` (MLA: latent width, factor 1)."""
         if self.compress_ratio != 1:
             raise ConfigError("compress_ratio", self.compress_ratio, "has no per-token size; use bytes_per_block")
         return self.bytes_per_entry

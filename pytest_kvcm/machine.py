@@ -83,7 +83,7 @@ class MachineInfo:
         return self.gpu_count if self.system_gpu_count is None else self.system_gpu_count
 
     def as_condition_keys(self) -> dict[str, Any]:
-        """The keys lane conditions test (SEMANTICS 9). A machine without GPUs reports ``gpu: "none"`` and
+        """The keys lane conditions test (docs/semantics.md 9). A machine without GPUs reports ``gpu: "none"`` and
         0 memory / sm, so a GPU lane's conditions fail on it rather than 'not reported, so matching'."""
         keys: dict[str, Any] = {
             "system_gpu_count": self.host_gpu_count,

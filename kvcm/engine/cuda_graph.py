@@ -1,4 +1,4 @@
-"""CUDA-graph capture and replay of engine steps (SEMANTICS 7), and the graph-safe static path behind it.
+"""CUDA-graph capture and replay of engine steps (docs/semantics.md 7), and the graph-safe static path behind it.
 
 *Decode shapes* ``(batch size, draft len)`` come from ``kvcm.plan_warmup``: for each one it makes the
 ``bs - 1`` short generation dummies and the long one sized by ``get_num_available_tokens``; a shape whose

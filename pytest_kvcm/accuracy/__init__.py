@@ -1,4 +1,4 @@
-"""Accuracy gates: thresholds, references, GSM8K (see SEMANTICS.md section 8)."""
+"""Accuracy gates: thresholds, references, GSM8K (see docs/semantics.md section 8)."""
 
 from .gate import MODES, SMOKE_SAMPLES, AccuracyGate, AccuracyGateError, GateOutcome
 from .gsm8k import (GSM8KData, GSM8KResult, evaluate_gsm8k, extract_answer, hf_generate_fn, kvcm_generate_fn,

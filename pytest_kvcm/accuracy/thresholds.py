@@ -1,4 +1,4 @@
-"""Hypothesis-test thresholds for accuracy gates (SEMANTICS.md section 8).
+"""Hypothesis-test thresholds for accuracy gates (docs/semantics.md section 8).
 
 A gate compares a score measured on ``n`` samples with a reference measured the same way. Both are sample
 means, so their difference has standard deviation ``s = sqrt(2 * sigma**2 / n)``; a one-tailed test at level

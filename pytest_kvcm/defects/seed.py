@@ -114,7 +114,7 @@ def context_constraint_ignores_extra(mp):
 
 
 @defect("stale-window-early-release", upstream="TensorRT-LLM PR #6768 (linear SWA blocks, out-of-window blocks "
-        "detached); the +1 in-flight token of SEMANTICS 4.1",
+        "detached); the +1 in-flight token of docs/semantics.md 2.1",
         story="sliding-window pages released one token early: attention read a freed page",
         catchers=("suites/managers/test_formulas.py::test_stale_range_formula",
                   "suites/managers/test_formulas.py::test_stale_blocks_released_by_v2_resize",

@@ -1,4 +1,4 @@
-"""Lanes (SEMANTICS 9): ``--kvcm-lane=l0_cpu`` runs exactly the tests ``ci/l0_cpu.yml`` lists for this machine.
+"""Lanes (docs/semantics.md 9): ``--kvcm-lane=l0_cpu`` runs exactly the tests ``ci/l0_cpu.yml`` lists for this machine.
 
 Three concepts, one module each: ``file_format`` (the YAML lane file and waives file: parsing, checks,
 conditions, ``auto``), ``selection`` (the pytest hooks that apply a lane to a session, with xdist) and

@@ -1,4 +1,4 @@
-"""The lane file format (SEMANTICS 9): parsing, checking, condition matching, ``auto`` picking, waives files.
+"""The lane file format (docs/semantics.md 9): parsing, checking, condition matching, ``auto`` picking, waives files.
 
 A lane file holds one context named after the lane, a list of blocks::
 

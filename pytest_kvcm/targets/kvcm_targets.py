@@ -84,7 +84,7 @@ class KvcmV4Target(KvcmV2Target):
                                  "takes a page in every one, so free pages are the smallest pool's free count",
                    "exact_pool_size": "the token quota is split between pools by a typical step: each pool holds at "
                                       "least the pages asked, the full-length ones more",
-                   "window": "the sliding window is W + max_draft_len (SEMANTICS 5)"}
+                   "window": "the sliding window is W + max_draft_len (docs/semantics.md 5)"}
 
     def __init__(self, spec: PoolSpec):
         super().__init__(spec)
@@ -105,7 +105,7 @@ class KvcmV4Target(KvcmV2Target):
 
 
 class KvcmV1Target(_KvcmTarget):
-    """V1: a token count per request in every pool; sliding-window pages are never released (SEMANTICS 3)."""
+    """V1: a token count per request in every pool; sliding-window pages are never released (docs/semantics.md 3)."""
 
     name = "kvcm-v1"
     releases_window_pages = False

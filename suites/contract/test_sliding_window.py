@@ -1,5 +1,5 @@
 """Sliding-window pages are released once they leave the window, and never before the in-flight token's
-window is past them (SEMANTICS 4.1; vLLM's ``SlidingWindowManager.remove_skipped_blocks``)."""
+window is past them (docs/semantics.md 4.1; vLLM's ``SlidingWindowManager.remove_skipped_blocks``)."""
 
 import pytest
 

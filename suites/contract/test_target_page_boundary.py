@@ -1,7 +1,7 @@
 """Page boundary through the contract: after ``bs - 1`` one-token requests, a request that exactly fills the
 free pages (lookahead included) fits and one token more does not, for batch sizes 1-3 and lookahead 0 and 4.
 
-The same contract TensorRT-LLM's CUDA-graph warmup relies on (SEMANTICS 4.2, 7) and the check this project
+The same contract TensorRT-LLM's CUDA-graph warmup relies on (docs/semantics.md 4.2, 7) and the check this project
 started from, now asked of every target.
 """
 

@@ -1,6 +1,6 @@
 """The capacity trace on a real forward: what the engine reserved and what attention read.
 
-SEMANTICS 4.1/4.2: a request decoding at history 31 grows 31 -> 32 and attention reads KV length 32; a warmup
+docs/semantics.md 4.1/4.2: a request decoding at history 31 grows 31 -> 32 and attention reads KV length 32; a warmup
 generation dummy with history 31 and one input (``token_nums=[32]``) holds 32, and a forward on it reads 32.
 The historic defect made the dummy hold 33 (one more block at tpb 32 boundaries).
 """

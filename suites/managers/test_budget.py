@@ -1,4 +1,4 @@
-"""The budget regression (SEMANTICS 4.3, 6): an ordinary model's estimation cache stays inside its budget.
+"""The budget regression (docs/semantics.md 4.3, 6): an ordinary model's estimation cache stays inside its budget.
 
 Llama-3-8B: 131072 bytes a token, 4 MiB a block of 32 tokens. The estimation cache uses 0.9 of free memory.
 """

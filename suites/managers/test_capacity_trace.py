@@ -1,4 +1,4 @@
-"""Capacity along the engine's request life cycle (SEMANTICS 3, 4.1, 4.2), the same calls on V1 and V2."""
+"""Capacity along the engine's request life cycle (docs/semantics.md 3, 4.1, 4.2), the same calls on V1 and V2."""
 
 from __future__ import annotations
 

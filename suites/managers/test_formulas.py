@@ -1,4 +1,4 @@
-"""The closed-form numbers of SEMANTICS 2-5 and 7, each computed by hand in a comment and compared to kvcm.
+"""The closed-form numbers of docs/semantics.md 2-5 and 7, each computed by hand in a comment and compared to kvcm.
 
 Every expected number here is arithmetic written out, never a value read back from the code under test.
 """

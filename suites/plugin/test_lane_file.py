@@ -1,4 +1,4 @@
-"""The lane file format (SEMANTICS 9): entry grammar, condition matching, file checks, ``auto`` picking."""
+"""The lane file format (docs/semantics.md 9): entry grammar, condition matching, file checks, ``auto`` picking."""
 
 from __future__ import annotations
 
