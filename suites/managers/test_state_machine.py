@@ -1,8 +1,8 @@
 """Random request life cycles on small pools (hypothesis stateful), checked against hand-written block rules.
 
 Pools of 12 blocks run out often, so the out-of-pages paths (which must change nothing) get as much exercise
-as the happy ones. The expected capacity and history of every request are tracked here from docs/semantics.md 3 / 4.1,
-and the block table of every group is checked against the stale-window formula written out again below,
+as the happy ones. The expected capacity and history of every request are tracked here from docs/semantics.md
+3 / 4.1, and the block table of every group is checked against the stale-window formula written out again below,
 independently of ``kvcm.layer_groups``. V1, V2 and DeepSeek-V4 (its full, window W + D and window 8 + D
 groups, 128-token blocks) run the same rules; so do warmup dummies, and malformed calls that must raise
 ``ConfigError`` / ``UnknownRequestError`` and leave everything as it was.
