@@ -14,7 +14,7 @@ from ._registry import defect
                  "(clamp_max_seq_len_for_mem starts from storage.num_slots)",
         story="get_num_available_tokens counted from the free blocks: warmup's long dummy came out bs - 1 blocks "
               "short of what the short dummies leave",
-        catchers=("suites/managers/test_page_boundary.py", "suites/conformance/test_available_tokens.py"))
+        catchers=("suites/managers/test_page_boundary.py", "suites/conformance/test_conformance_available_tokens.py"))
 def available_tokens_from_free_blocks(mp):
     """V2's clamp took the batch's short requests away from the *free* blocks, which already lacked them."""
     from kvcm.layer_groups import ceil_div
