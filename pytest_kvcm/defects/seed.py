@@ -81,7 +81,7 @@ def v4_constraints_ignore_pool_ratio(mp):
         story="available tokens not reduced by the draft tokens: spec-decode dummies overflowed the pool",
         catchers=("suites/managers/test_formulas.py::test_v2_available_tokens",
                   "suites/managers/test_page_boundary.py::test_dummy_at_page_boundary_fits",
-                  "suites/contract/test_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
+                  "suites/contract/test_target_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
 def available_tokens_ignore_draft(mp):
     from kvcm.manager_v1 import KVCacheManagerV1
     from kvcm.manager_v2 import KVCacheManagerV2
@@ -118,7 +118,7 @@ def context_constraint_ignores_extra(mp):
         story="sliding-window pages released one token early: attention read a freed page",
         catchers=("suites/managers/test_formulas.py::test_stale_range_formula",
                   "suites/managers/test_formulas.py::test_stale_blocks_released_by_v2_resize",
-                  "suites/contract/test_sliding_window.py::test_window_pages_follow_the_window"))
+                  "suites/contract/test_target_sliding_window.py::test_window_pages_follow_the_window"))
 def stale_window_early_release(mp):
     from kvcm.layer_groups import LayerGroup, ceil_div
 

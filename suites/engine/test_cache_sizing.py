@@ -19,3 +19,17 @@ def test_sliding_window_model_gets_window_sized_pools(batch):
         assert groups[0].num_blocks == batch * (16 // 8 + 1)
     finally:
         llm.close()
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_engine_cache_holds_the_tokens_asked_after_estimation(version):
+    """TensorRT-LLM PR #15881: warmup on the estimation cache must not shrink the final cache below max_tokens."""
+    model, _ = tiny_model("llama", seed=0)
+    cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=2048, dtype="float32")
+    llm = LLM(model, manager_version=version, kv_cache_config=cfg, device="cpu", max_batch_size=4, max_seq_len=96,
+              cuda_graph=True)
+    try:
+        assert len(llm.warmup_reports) >= 2, "estimation and final warmups ran"
+        assert llm.manager.max_tokens == 2048
+    finally:
+        llm.close()

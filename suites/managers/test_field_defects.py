@@ -77,3 +77,14 @@ def test_hybrid_available_tokens_count_only_the_window():
     assert m.layer_groups[1].num_blocks < 40
     assert m.get_num_available_tokens(token_num_upper_bound=4096) == 40 * 32
     assert m.add_dummy_requests(["long"], token_nums=[40 * 32], is_gen=True) is not None
+
+
+def test_final_cache_keeps_its_budget_after_estimation():
+    """TensorRT-LLM PR #15881: the estimation run's dummy workload must not become the final V2 cache's
+    max_tokens; the final pool is the budget the user gave."""
+    budget = 64 * 4096  # 64 blocks of the tiny spec at tpb 32
+    est = kvcm.build_with_estimation("v2", tiny_spec(), kvcm.KvCacheConfig(tokens_per_block=32,
+                                     max_gpu_total_bytes=budget),
+                                     max_batch_size=4, max_seq_len=256, free_memory_bytes=4 * budget)
+    assert est.warmups and est.warmups[0].long_token_nums, "the estimation cache was warmed up"
+    assert est.manager.pool_bytes == budget, est.manager.describe()

@@ -24,8 +24,8 @@ def _suites(pytester, *names):
 
 def test_readme_adapter_passes_the_contract_suites(pytester):
     pytester.makeconftest(readme_adapter())
-    _suites(pytester, "test_target_page_boundary.py", "test_lifecycle.py", "test_max_model_len.py",
-            "test_sliding_window.py", "test_target_state_machine.py")
+    _suites(pytester, "test_target_page_boundary.py", "test_target_lifecycle.py", "test_target_max_model_len.py",
+            "test_target_sliding_window.py", "test_target_state_machine.py")
     result = pytester.runpytest_subprocess("--kvcm-target=mine", "-p", "no:randomly")
     result.assert_outcomes(passed=13, skipped=2)
 
@@ -33,7 +33,7 @@ def test_readme_adapter_passes_the_contract_suites(pytester):
 def test_a_leaking_adapter_fails_the_leak_and_batch_checks(pytester):
     pytester.makeconftest(readme_adapter().replace("self.free_ids += self.tables.pop(rid)",
                                                    "self.tables.pop(rid)  # pages never return"))
-    _suites(pytester, "test_lifecycle.py")
+    _suites(pytester, "test_target_lifecycle.py")
     result = pytester.runpytest_subprocess("--kvcm-target=mine", "-p", "no:randomly")
     result.stdout.fnmatch_lines(["*pages leaked*", "*pages left behind by the batch*"])
     result.assert_outcomes(failed=2, passed=1)
