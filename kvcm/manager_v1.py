@@ -79,18 +79,23 @@ class KVCacheManagerV1(BaseKVCacheManager):
     def begin_generation(self, request_id, num_draft: int = 0) -> None:
         """Reserve ``1 + max(num_draft, K)`` tokens, K = ``max_draft_len`` (draft slots V1 always reserves)."""
         seq = self._seq(request_id)
-        reserve = max(validation.count("num_draft", num_draft), self.max_draft_len)
+        if type(num_draft) is not int or num_draft < 0:
+            num_draft = validation.count("num_draft", num_draft)
+        reserve = max(num_draft, self.max_draft_len)
         self._set_tokens(request_id, seq.capacity + 1 + reserve, "generation")
         seq.reserved_draft = reserve
 
     def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
         """Rewind the reserved draft slots that were not accepted; history = ``num_tokens - 1``."""
         seq = self._seq(request_id)
-        num_draft = validation.count("num_draft", num_draft)
-        num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
+        if not (validation.plain(num_draft, num_accepted) and num_accepted <= num_draft):
+            num_draft = validation.count("num_draft", num_draft)
+            num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
         capacity = seq.capacity - max(seq.reserved_draft - num_accepted, 0)
-        history = validation.count("num_tokens", num_tokens, seq.history + 1, capacity + 1,
-                                   "history so far + 1, capacity after the rewind + 1") - 1
+        if not (type(num_tokens) is int and seq.history < num_tokens <= capacity + 1):
+            validation.count("num_tokens", num_tokens, seq.history + 1, capacity + 1,
+                             "history so far + 1, capacity after the rewind + 1")
+        history = num_tokens - 1
         self._set_tokens(request_id, capacity, "rewind")
         seq.reserved_draft = 0
         seq.history = history
@@ -99,9 +104,10 @@ class KVCacheManagerV1(BaseKVCacheManager):
     def get_num_available_tokens(self, *, token_num_upper_bound: int, batch_size: int = 1,
                                  max_num_draft_tokens: int = 0) -> int:
         """``min(upper_bound, free_blocks * tpb - E - drafts)``; ``batch_size`` is checked and ignored."""
-        token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
-        validation.count("batch_size", batch_size, 1)
-        max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
+        if not (validation.plain(token_num_upper_bound, batch_size, max_num_draft_tokens) and batch_size >= 1):
+            token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
+            validation.count("batch_size", batch_size, 1)
+            max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
         free = min(pool.num_free for pool in self.pools)
         available = free * self.tokens_per_block - self.num_extra_kv_tokens - max_num_draft_tokens
         return max(0, min(token_num_upper_bound, available))

@@ -151,9 +151,10 @@ class KVCacheManagerV2(BaseKVCacheManager):
 
     def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
         """``resize(capacity - max(d - a, 0), history = num_tokens - 1)``."""
-        num_tokens = validation.count("num_tokens", num_tokens, 1)
-        num_draft = validation.count("num_draft", num_draft)
-        num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
+        if not (validation.plain(num_tokens, num_draft, num_accepted) and num_tokens >= 1 and num_accepted <= num_draft):
+            num_tokens = validation.count("num_tokens", num_tokens, 1)
+            num_draft = validation.count("num_draft", num_draft)
+            num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
         cap = self.get_capacity(request_id) - max(num_draft - num_accepted, 0)
         self.resize(request_id, cap, num_tokens - 1)
 
@@ -166,9 +167,10 @@ class KVCacheManagerV2(BaseKVCacheManager):
         TensorRT-LLM it sizes an otherwise empty cache: requests held besides warmup's short dummies are not
         taken away.
         """
-        token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
-        batch_size = validation.count("batch_size", batch_size, 1)
-        max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
+        if not (validation.plain(token_num_upper_bound, batch_size, max_num_draft_tokens) and batch_size >= 1):
+            token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
+            batch_size = validation.count("batch_size", batch_size, 1)
+            max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
         tpb, extra = self.tokens_per_block, self.num_extra_kv_tokens + max_num_draft_tokens
         result = self._clamp(batch_size, token_num_upper_bound + extra, extra) - extra
         if self.kv_cache_config.max_tokens is not None:
