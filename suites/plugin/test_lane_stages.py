@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 from _lane_project import order_of, project, run  # noqa: F401  (project is a fixture)
@@ -37,6 +38,20 @@ def test_every_test_is_in_exactly_one_stage_and_durations_balance(stages):
     totals = [sum(durations[i] for i in stage) for stage in cut]
     mean = sum(totals) / stages
     assert max(totals) <= 1.2 * mean and min(totals) >= 0.8 * mean, totals
+
+
+def test_the_shipped_cpu_lane_durations_balance_within_20_percent():
+    """ci/durations/l0_cpu.json, recorded from a whole l0_cpu run (--kvcm-version=both --kvcm-record-durations)."""
+    path = Path(__file__).resolve().parents[2] / "ci" / "durations" / "l0_cpu.json"
+    durations = json.loads(path.read_text())
+    ids = sorted(durations)
+    assert len(ids) > 100
+    for stages in (2, 3, 4, 6):
+        cut = assign_stages(ids, durations, stages)
+        assert sorted(i for stage in cut for i in stage) == ids
+        totals = [sum(durations[i] for i in stage) for stage in cut]
+        mean = sum(totals) / stages
+        assert max(totals) <= 1.2 * mean and min(totals) >= 0.8 * mean, (stages, totals)
 
 
 def test_the_cut_does_not_depend_on_collection_order():
