@@ -21,8 +21,8 @@ class KVCacheManagerV1(BaseKVCacheManager):
         bytes_per_block = sum(g.bytes_per_block for g in self.layer_groups)
         budgets = self._budget_candidates()
         candidates = {name: b // bytes_per_block for name, b in budgets.items()}
-        if cfg.max_tokens is not None:
-            candidates["max_tokens"] = ceil_div(cfg.max_tokens, tpb)
+        if cfg.max_tokens is not None:  # whole blocks only, as TensorRT-LLM's calculate_max_num_blocks floors
+            candidates["max_tokens"] = cfg.max_tokens // tpb
         blocks = min(candidates.values())
         if cfg.max_tokens is not None:
             budgets["max_tokens"] = candidates["max_tokens"] * bytes_per_block

@@ -114,3 +114,26 @@ def life_cycles_keyed_by_sink_tokens(mp):
         return groups
 
     mp.setattr(manager, "build_layer_groups", by_tokens)
+
+
+@defect("v1-max-tokens-rounded-up",
+        upstream="TensorRT-LLM tensorrt_llm/_torch/pyexecutor/resource_manager.py "
+                 "(calculate_max_num_blocks: blocks_in_primary_pool = max_tokens // tokens_per_block)",
+        story="V1 rounded max_tokens up to a whole block: one block more than TensorRT-LLM allocates",
+        catchers=("suites/conformance/test_steps_and_dummies.py", "suites/managers/test_formulas.py"))
+def v1_max_tokens_rounded_up(mp):
+    from kvcm.manager_v1 import KVCacheManagerV1
+
+    original = KVCacheManagerV1._size_pools
+
+    def size_pools(self, _original=original):
+        cfg, tpb = self.kv_cache_config, self.tokens_per_block
+        if cfg.max_tokens is None or cfg.max_tokens % tpb == 0:
+            return _original(self)
+        self.kv_cache_config = cfg.replace(max_tokens=cfg.max_tokens + tpb - cfg.max_tokens % tpb)  # ceil
+        try:
+            return _original(self)
+        finally:
+            self.kv_cache_config = cfg
+
+    mp.setattr(KVCacheManagerV1, "_size_pools", size_pools)

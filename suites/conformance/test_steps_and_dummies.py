@@ -68,3 +68,12 @@ def test_v4_explicit_pool_ratio_means_no_constraints():
     mgr = v4(cfg=KvCacheConfig(tokens_per_block=128, max_gpu_total_bytes=3 * 786432 * 10, pool_ratio=(1, 1, 1)))
     assert mgr.constraints == [] and mgr.typical_step is None
     assert [g.num_blocks for g in mgr.layer_groups] == [10, 786432 * 10 // 38016, 786432 * 10 // 1310720]
+
+
+def test_v1_pool_from_max_tokens_is_whole_blocks():
+    """``tensorrt_llm/_torch/pyexecutor/resource_manager.py`` (``calculate_max_num_blocks``):
+    ``blocks_in_primary_pool = int(max_tokens // tokens_per_block)``. max_tokens 1000 at tpb 32: 31 blocks,
+    992 tokens available: no partial block is made for the remaining 8 tokens."""
+    mgr = build("v1", one_layer(), KvCacheConfig(max_tokens=1000))
+    assert mgr.layer_groups[0].num_blocks == 31
+    assert mgr.get_num_available_tokens(token_num_upper_bound=10**4) == 992

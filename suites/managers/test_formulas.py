@@ -111,9 +111,9 @@ def test_gemma_style_layer_types():
 
 # ---- 3. V1 pool sizes (tiny spec: 2 layers x 64 bytes a token = 128 bytes a token, 4096 bytes a block) -----------
 @pytest.mark.kvcm_versions("v1")
-def test_v1_max_tokens_is_ceil_of_blocks(kvcm_version):
+def test_v1_max_tokens_is_floor_of_blocks(kvcm_version):
     mgr = build(kvcm_version, tiny_spec(), KvCacheConfig(max_tokens=1000))
-    assert [g.num_blocks for g in mgr.layer_groups] == [32]  # ceil(1000 / 32) = ceil(31.25) = 32
+    assert [g.num_blocks for g in mgr.layer_groups] == [31]  # whole blocks, as TensorRT-LLM: 1000 // 32 = 31
 
 
 @pytest.mark.kvcm_versions("v1")
@@ -127,10 +127,10 @@ def test_v1_fraction_of_free_bytes_is_floored(kvcm_version):
 @pytest.mark.kvcm_versions("v1")
 def test_v1_smallest_budget_wins(kvcm_version):
     cfg = KvCacheConfig(max_tokens=1000, max_gpu_total_bytes=40960)
-    assert build(kvcm_version, tiny_spec(), cfg).layer_groups[0].num_blocks == 10  # min(32, 40960 / 4096 = 10)
+    assert build(kvcm_version, tiny_spec(), cfg).layer_groups[0].num_blocks == 10  # min(31, 40960 / 4096 = 10)
     cfg = KvCacheConfig(max_tokens=100, free_gpu_memory_fraction=0.9)
     mgr = build(kvcm_version, tiny_spec(), cfg, free_memory_bytes=10**9)
-    assert mgr.layer_groups[0].num_blocks == 4  # min(ceil(100 / 32) = 4, 900e6 / 4096 = 219726)
+    assert mgr.layer_groups[0].num_blocks == 3  # min(100 // 32 = 3, 900e6 / 4096 = 219726)
 
 
 @pytest.mark.parametrize("fraction", [0.0, 1.0, 1.5, -0.1])

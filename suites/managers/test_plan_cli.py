@@ -66,13 +66,13 @@ def test_plan_llama3_v2_limits(capsys, tmp_path):
 
 
 def test_plan_max_tokens_and_text_output(capsys):
-    # --max-tokens 1000 on V1: ceil(1000 / 32) = 32 blocks, the final budget 32 x 4 MiB
+    # --max-tokens 1000 on V1: 1000 // 32 = 31 whole blocks (TensorRT-LLM floors), the final budget 31 x 4 MiB
     rc = kvcm.cli.main(["plan", "--model", "llama-3-8b", "--version", "v1", "--max-tokens", "1000", "-B", "4",
                         "-S", "512", "-N", "512"])
     text = capsys.readouterr().out
     assert rc == 0
-    # the verdict comes first, in human units: 32 blocks x 32 tokens, 32 x 4 MiB; 512 / 32 = 16 blocks a request
-    assert text.splitlines()[1] == "V1: KV cache 128.0 MiB = 1,024 tokens at S=512: 2 requests at once; warmup fits: 3/3 shapes"
+    # the verdict comes first, in human units: 31 blocks x 32 tokens, 31 x 4 MiB; 512 / 32 = 16 blocks a request
+    assert text.splitlines()[1] == "V1: KV cache 124.0 MiB = 992 tokens at S=512: 1 request at once; warmup fits: 3/3 shapes"
     assert "at most 1,000 tokens [--max-tokens]" in text and "80.0 GiB free device memory [--free-gib]" in text
     assert "== V1 in detail ==" in text
 
