@@ -48,8 +48,8 @@ def spec_preempt_keeps_draft(mp):
         "draft model's KV cache)",
         story="after a step that accepted every draft, the last proposal was never fed to the draft's cache: "
               "the drafter proposed from a hole in its context and acceptance fell, tokens still right",
-        catchers=(_ENGINE + "test_perfect_drafter_accepts_everything",
-                  _ENGINE + "test_acceptance_length_tripwire"))
+        catchers=(_ENGINE + "test_perfect_drafter_accepts_everything[v1-v2]",
+                  _ENGINE + "test_perfect_drafter_accepts_everything[v2-v1]"))
 def draft_skips_committed_token(mp):
     from kvcm.engine.drafters import ModelDrafter
     from kvcm.engine.runner import StepItem
