@@ -14,6 +14,7 @@ import argparse
 import json
 
 from .embedded import embedded_models, load_config, load_spec
+from .units import ceil_div
 
 DEFAULT_MODEL = "qwen3-0.6b"
 DEFAULT_FREE_GIB = 80.0
@@ -42,7 +43,7 @@ def max_concurrency(manager, seq_len: int) -> int:
     tpb = manager.tokens_per_block
     counts = []
     for g in manager.layer_groups:
-        need = g.blocks_needed(seq_len, seq_len - 1, tpb) if manager.version == "v2" else -(-seq_len // tpb)
+        need = g.blocks_needed(seq_len, seq_len - 1, tpb) if manager.version == "v2" else ceil_div(seq_len, tpb)
         counts.append(g.num_blocks // max(need, 1))
     return min(counts)
 

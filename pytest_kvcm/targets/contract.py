@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvcm.units import ceil_div
+
 
 class TargetUnavailable(Exception):
     """The engine is not installed (or cannot run here); the message is the install hint."""
@@ -124,10 +126,6 @@ class KVCacheTarget:
     def __repr__(self):
         return (f"{self.name}(page_size={self.page_size}, pages={self.total_pages}, reserved={self.reserved_pages}, "
                 f"window={self.sliding_window})")
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def pages_for_max_model_len(max_model_len: int, page_size: int, reserved_pages: int) -> int:
