@@ -190,8 +190,7 @@ class LLM:
     def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[RequestOutput]:
         """Greedy generation for token-id prompts; outputs in prompt order (output ids include the stop token)."""
         params = params or SamplingParams()
-        scheduler = Scheduler(self.manager, max_batch_size=self.max_batch_size, max_seq_len=self.max_seq_len,
-                              max_num_tokens=self.max_num_tokens, eos_token_ids=self.eos_token_ids,
+        scheduler = Scheduler(self.manager, self.limits, eos_token_ids=self.eos_token_ids,
                               tokenizer=self.tokenizer, drafter=self.drafter)
         if self.drafter is not None:
             self.drafter.stats = type(self.drafter.stats)(self.drafter.stats.name)

@@ -28,22 +28,30 @@ from __future__ import annotations
 from collections import deque
 
 from ..errors import OutOfPagesError
+from ..limits import Limits
 from .runner import StepItem
 from .sequence import Sequence, Status
 
 
 class Scheduler:
-    def __init__(self, mgr, *, max_batch_size: int, max_seq_len: int, max_num_tokens: int | None = None,
-                 eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None):
+    def __init__(self, mgr, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None):
+        """``limits``: the engine's ``kvcm.Limits`` (the one its caches were sized for); the scheduler reads the
+        batch size, the sequence length and the step's token budget from it."""
+        if not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a kvcm.Limits, got {type(limits).__name__}")
         self.mgr = mgr
+        self.limits = limits
         self.drafter = drafter
         self.num_draft = drafter.num_draft if drafter is not None else 0
-        self.max_batch_size, self.max_seq_len, self.max_num_tokens = max_batch_size, max_seq_len, max_num_tokens
         self.eos_token_ids = tuple(eos_token_ids)
         self.tokenizer = tokenizer
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+
+    max_batch_size = property(lambda self: self.limits.max_batch_size)
+    max_seq_len = property(lambda self: self.limits.max_seq_len)
+    max_num_tokens = property(lambda self: self.limits.max_num_tokens)
 
     def add(self, seq: Sequence) -> None:
         if seq.num_tokens >= self.max_seq_len:

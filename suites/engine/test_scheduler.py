@@ -78,6 +78,7 @@ def test_batch_size_limit(kvcm_version):
     model, _ = tiny_model("llama", seed=0)
     llm = _llm(model, kvcm_version, max_batch_size=2)
     llm.generate(_prompts((4, 5, 6, 7, 8)), SamplingParams(max_new_tokens=5, ignore_eos=True))
+    assert llm.last_scheduler.limits is llm.limits, "the scheduler reads the engine's one Limits"
     per_step = {}
     for r in llm.trace:
         per_step[r.step] = per_step.get(r.step, 0) + 1
