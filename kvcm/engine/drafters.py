@@ -3,109 +3,25 @@
 The scheduler (``scheduler.py``) owns admission, preemption and verification; a drafter only proposes, and,
 when it keeps KV of its own, mirrors the target's capacity calls on its own manager:
 
-* :class:`NgramDrafter` (prompt lookup): the tokens that followed the latest earlier occurrence of the
-  sequence's last ``n`` tokens. No model and no cache; on tasks that quote their input (GSM8K answers repeat
-  the question's numbers and phrases) it accepts often for almost no cost.
+* :class:`NgramDrafter` (``ngram.py``): TensorRT-LLM's n-gram pool, pattern -> continuations learned from
+  prompts and generated tokens, shared by every request. No model and no cache; on tasks that quote their
+  input or repeat a phrasing (GSM8K answers) it accepts often for almost no cost.
 * :class:`ModelDrafter`: a smaller causal LM with its own kvcm manager (V1 or V2), fed every prefill chunk the
   target gets and run ``D`` times per step. Its history may lag the target's by one token (when every
   proposal was accepted, the last one was never fed to it), so its first forward of a step takes the 1 or 2
   *pending* tokens; it reserves ``pending + D - 1`` slots (``begin_generation(num_draft=pending + D - 2)``)
   and ``end_generation`` keeps only the slots whose tokens were accepted.
 
-Both propose exactly ``D`` tokens for every sequence, so a batch keeps one verification shape ``(bs, 1 + D)``.
+Both fill in exactly ``D`` tokens for every sequence, so a batch keeps one verification shape ``(bs, 1 + D)``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import numpy as np
 import torch
 
 from . import sampler
+from .ngram import NgramDrafter, NgramPool  # noqa: F401  (drafters, one import)
 from .runner import ModelRunner, StepItem
-
-
-@dataclass
-class SpecStats:
-    """Acceptance of one drafter: per verification step and per draft position."""
-    name: str = ""
-    steps: int = 0                          # verification steps (one per sequence per step)
-    proposed: int = 0
-    accepted: int = 0
-    accepted_at: list[int] = field(default_factory=list)   # steps whose draft i was accepted
-    proposed_at: list[int] = field(default_factory=list)   # steps that proposed a draft i
-
-    def record(self, num_draft: int, num_accepted: int) -> None:
-        while len(self.proposed_at) < num_draft:
-            self.proposed_at.append(0)
-            self.accepted_at.append(0)
-        self.steps += 1
-        self.proposed += num_draft
-        self.accepted += num_accepted
-        for i in range(num_draft):
-            self.proposed_at[i] += 1
-            self.accepted_at[i] += i < num_accepted
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        """Tokens per target forward per sequence (accepted drafts + the target's own token); 1.0 = no help."""
-        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    @property
-    def acceptance_by_position(self) -> list[float]:
-        """Fraction of steps whose draft ``i`` was accepted (every earlier one was too, by construction)."""
-        return [a / p if p else 0.0 for a, p in zip(self.accepted_at, self.proposed_at)]
-
-    def as_dict(self) -> dict:
-        return {"drafter": self.name, "steps": self.steps, "mean_acceptance_length": self.mean_acceptance_length,
-                "acceptance_rate": self.acceptance_rate, "acceptance_by_position": self.acceptance_by_position}
-
-
-class NgramDrafter:
-    """Prompt lookup: match the last ``max_n .. min_n`` tokens against the sequence's earlier text (longest
-    match first, latest occurrence) and propose what followed; the last proposed token repeats where the
-    continuation runs short (it is then simply rejected)."""
-
-    manager = None
-    runner = None
-    graphs = None
-
-    def __init__(self, num_draft: int, *, max_n: int = 3, min_n: int = 1):
-        if not isinstance(num_draft, int) or num_draft < 1:
-            raise ValueError(f"num_draft={num_draft!r} must be an integer >= 1")
-        if not 1 <= min_n <= max_n:
-            raise ValueError(f"n-gram sizes min_n={min_n}, max_n={max_n} must satisfy 1 <= min_n <= max_n")
-        self.num_draft, self.max_n, self.min_n = num_draft, max_n, min_n
-        self.stats = SpecStats(f"ngram{min_n}-{max_n}")
-
-    def propose_one(self, tokens: list[int]) -> list[int]:
-        D = self.num_draft
-        arr = np.asarray(tokens, dtype=np.int64)
-        for n in range(min(self.max_n, len(arr) - 1), self.min_n - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)
-            hits = np.flatnonzero((windows == arr[-n:]).all(axis=1))
-            if hits.size:
-                follow = arr[hits[-1] + n: hits[-1] + n + D].tolist()
-                return follow + [follow[-1]] * (D - len(follow))
-        return [int(arr[-1])] * D
-
-    # the capacity hooks a drafter with its own cache needs; prompt lookup keeps nothing
-    def begin_chunk(self, seq, start: int, n: int) -> None: ...
-    def begin_decode(self, seq) -> None: ...
-    def end_chunk(self, seq, history: int) -> None: ...
-    def end_decode(self, seq, length: int, num_accepted: int) -> None: ...
-    def free(self, seq) -> None: ...
-    def close(self) -> None: ...
-
-    def draft(self, seqs, items: list[StepItem]) -> None:
-        for seq, it in zip(seqs, items):
-            k = it.num_logits - 1
-            if it.decode and k > 0:
-                it.token_ids[1:] = self.propose_one(seq.token_ids)[:k]
+from .spec_stats import SpecStats
 
 
 class ModelDrafter:

@@ -83,7 +83,8 @@ class LLM:
         step before the previous one's tokens are read (``pipeline.py``); same greedy tokens, less GPU idle.
 
         ``drafter``: speculative decoding with ``max_draft_len`` drafts a step, proposed by ``"ngram"``
-        (prompt lookup), a ``drafters.NgramDrafter``, or a draft model (a causal LM sharing the tokenizer, with
+        (TensorRT-LLM's n-gram pool with its defaults; the pool outlives ``generate`` calls, as upstream's lives
+        with the executor), an ``NgramDrafter``, or a draft model (a causal LM sharing the tokenizer, with
         its own ``draft_manager_version`` cache; target and draft split one memory budget: ``kvcm.draft_budget``,
         unless ``draft_kv_cache_config`` sizes the draft's cache on its own).
         """

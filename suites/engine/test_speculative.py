@@ -1,5 +1,5 @@
 """Speculative decoding on the engine's own scheduler is exact: the tokens of plain greedy decoding, for every
-drafter (a draft model with its own V1/V2 cache, prompt-lookup n-grams), every draft length, with chunked
+drafter (a draft model with its own V1/V2 cache, the n-gram pool), every draft length, with chunked
 prefill and preemption acting on sequences whose drafts are in flight; and its acceptance does not silently
 collapse."""
 
@@ -7,7 +7,6 @@ import pytest
 
 import kvcm
 from kvcm.engine import LLM, SamplingParams
-from kvcm.engine.drafters import NgramDrafter
 from kvcm.models import chat_prompt_ids, hf_generate, require_smollm2, tiny_model, truncated_drafter
 from pytest_kvcm.parity import compare_outputs
 
@@ -84,17 +83,6 @@ def test_ngram_drafter_gives_target_tokens(target, kvcm_version, d, greedy_parit
     _check(greedy_parity, ref, llm.generate(ps, PARAMS), ps, ("target", f"ngram_d{d}"))
     assert llm.spec_stats.steps > 0 and llm.spec_stats.proposed == llm.spec_stats.steps * d
     _all_pages_back(llm)
-
-
-def test_ngram_proposals():
-    ng = NgramDrafter(3, max_n=2)
-    assert ng.propose_one([5, 6, 7, 8, 5, 6]) == [7, 8, 5]       # longest suffix (5, 6) -> what followed
-    assert ng.propose_one([1, 2, 9, 1, 2, 3, 4, 2]) == [3, 4, 2]  # latest occurrence of (2) wins over (2, 9)
-    assert ng.propose_one([1, 2, 3, 1, 2]) == [3, 1, 2]
-    assert ng.propose_one([4, 4]) == [4, 4, 4]                    # a short continuation repeats its last token
-    assert ng.propose_one([1, 2, 3]) == [3, 3, 3]                 # no match: the last token
-    with pytest.raises(ValueError, match="num_draft=0"):
-        NgramDrafter(0)
 
 
 @pytest.mark.parametrize("d", [1, 4])
