@@ -11,8 +11,7 @@ datasets = pytest.importorskip("datasets", reason="GSM8K loading needs the 'data
 from pytest_kvcm.accuracy import arith, load_gsm8k  # noqa: E402
 from pytest_kvcm.accuracy.gsm8k import EMBEDDED, target_answer  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-REAL = ROOT.parent / "shared" / "data" / "gsm8k"  # <rootdir>/../shared/data/gsm8k
+from _real_gsm8k import REAL  # noqa: E402
 REAL_SHA256 = {"test.jsonl": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
                "train.jsonl": "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"}
 ROWS = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = <<{i}+{i}={2 * i}>>{2 * i}\n#### {2 * i}"}

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.accuracy, pytest.mark.slow]
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SPEC = {"dtype": "float32", "quant_algo": "Q4_1"}  # fp32 compute on weights de-quantized from the Q4_1 GGUF
 ROOT = Path(__file__).resolve().parents[2]
-REAL = ROOT.parent / "shared" / "data" / "gsm8k"
+from _real_gsm8k import REAL  # noqa: E402
 SLICE = 8  # smoke size for a 2-core CPU; the GPU run takes all 1,319 (benchmarks/gpu_gsm8k.py)
 SMOKE_NEW_TOKENS = 128
 
