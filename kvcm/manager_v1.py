@@ -81,14 +81,18 @@ class KVCacheManagerV1(BaseKVCacheManager):
         seq = self._seq(request_id)
         if type(num_draft) is not int or num_draft < 0:
             num_draft = validation.count("num_draft", num_draft)
-        reserve = max(num_draft, self.max_draft_len)
-        self._set_tokens(request_id, seq.capacity + 1 + reserve, "generation")
+        reserve = max(num_draft, self.limits.max_draft_len)
+        tokens = seq.capacity + 1 + reserve
+        if tokens <= len(seq.blocks[0]) * self.tokens_per_block:
+            seq.capacity = tokens     # within the blocks it holds (ceil(capacity / tpb) in every pool)
+        else:
+            self._set_tokens(request_id, tokens, "generation")
         seq.reserved_draft = reserve
 
     def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
         """Rewind the reserved draft slots that were not accepted; history = ``num_tokens - 1``."""
         seq = self._seq(request_id)
-        if not (validation.plain(num_draft, num_accepted) and num_accepted <= num_draft):
+        if not (type(num_draft) is int and type(num_accepted) is int and 0 <= num_accepted <= num_draft):
             num_draft = validation.count("num_draft", num_draft)
             num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
         capacity = seq.capacity - max(seq.reserved_draft - num_accepted, 0)
@@ -96,7 +100,8 @@ class KVCacheManagerV1(BaseKVCacheManager):
             validation.count("num_tokens", num_tokens, seq.history + 1, capacity + 1,
                              "history so far + 1, capacity after the rewind + 1")
         history = num_tokens - 1
-        self._set_tokens(request_id, capacity, "rewind")
+        if capacity != seq.capacity:
+            self._set_tokens(request_id, capacity, "rewind")
         seq.reserved_draft = 0
         seq.history = history
 

@@ -7,6 +7,8 @@ Every operation costs time in the blocks it changes, never in the pool's size.
 
 from __future__ import annotations
 
+import functools
+
 from .config import BatchDesc, KVCacheDesc
 from .constraints import (NamedConstraint, generic_constraints, split_quota, split_weights, tokens_quota_per_group,
                           typical_step_batch)
@@ -75,8 +77,9 @@ class KVCacheManagerV2(BaseKVCacheManager):
         if hist > cap:
             raise ConfigError("history", hist, f"must be <= capacity={cap}")
         tpb = self.tokens_per_block
-        target = ceil_div(cap, tpb)
-        if self._pages_unchanged(seq, hist, target):
+        target = -(-cap // tpb)
+        # most decode steps: the same number of blocks and, with no sliding group, nothing to release
+        if len(seq.blocks[0]) == target and (self._windowed is None or self._pages_unchanged(seq, hist, target)):
             seq.capacity, seq.history = cap, hist
             return True
         plans = []
@@ -100,14 +103,22 @@ class KVCacheManagerV2(BaseKVCacheManager):
         seq.capacity, seq.history = cap, hist
         return True
 
+    @functools.cached_property
+    def _windowed(self) -> list | None:
+        """The sliding-window groups (the only ones that release blocks as history moves); None when there are
+        none, which most models are and which lets ``resize`` skip the stale check. The groups are fixed at
+        construction, so once is enough."""
+        return [g for g in self.layer_groups if g.window is not None] or None
+
     def _pages_unchanged(self, seq, hist: int, target: int) -> bool:
         """True when a resize to ``target`` blocks at history ``hist`` allocates, releases and marks nothing
-        (most decode steps): the general path would then only move the two counters."""
-        for g, (group, blocks) in enumerate(zip(self.layer_groups, seq.blocks)):
-            if len(blocks) != target:
-                return False
-            if group.window is not None and min(group.stale_range(hist, self.tokens_per_block)[1], target) > \
-                    seq.stale_done[g]:
+        (most decode steps): the general path would then only move the two counters. Every group holds the
+        same number of logical blocks (stale ones as -1), so one length says whether any group would grow."""
+        if len(seq.blocks[0]) != target:
+            return False
+        tpb = self.tokens_per_block
+        for group in self._windowed or ():
+            if min(group.stale_range(hist, tpb)[1], target) > seq.stale_done[group.index]:
                 return False
         return True
 
@@ -147,16 +158,32 @@ class KVCacheManagerV2(BaseKVCacheManager):
         """A generation step with d draft slots: ``resize(capacity + 1 + d)``."""
         if type(num_draft) is not int or num_draft < 0:
             num_draft = validation.count("num_draft", num_draft)
-        self._resize_or_raise(request_id, self.get_capacity(request_id) + 1 + num_draft, None, "generation")
+        seq = self._seq(request_id)
+        capacity = seq.capacity + 1 + num_draft
+        if capacity <= len(seq.blocks[0]) * self.tokens_per_block:
+            # within the blocks it holds (every group holds ceil(capacity / tpb)): what resize would do, minus
+            # its checks, which a growing capacity at the same history passes
+            seq.capacity = capacity
+            return
+        self._resize_or_raise(request_id, capacity, None, "generation")
 
     def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
         """``resize(capacity - max(d - a, 0), history = num_tokens - 1)``."""
-        if not (validation.plain(num_tokens, num_draft, num_accepted) and num_tokens >= 1 and num_accepted <= num_draft):
+        # the engine calls this for every sequence every step: plain ints are tested inline (validation.plain's
+        # test, without the call); anything else takes the explaining checks
+        if not (type(num_tokens) is int and type(num_draft) is int and type(num_accepted) is int
+                and num_tokens >= 1 and 0 <= num_accepted <= num_draft):
             num_tokens = validation.count("num_tokens", num_tokens, 1)
             num_draft = validation.count("num_draft", num_draft)
             num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
-        cap = self.get_capacity(request_id) - max(num_draft - num_accepted, 0)
-        self.resize(request_id, cap, num_tokens - 1)
+        seq = self._seq(request_id)
+        capacity, history = seq.capacity - max(num_draft - num_accepted, 0), num_tokens - 1
+        if seq.history <= history <= capacity and capacity > (len(seq.blocks[0]) - 1) * self.tokens_per_block \
+                and self._windowed is None:
+            # the same blocks and no sliding group to release from: resize would only move the two counters
+            seq.capacity, seq.history = capacity, history
+            return
+        self.resize(request_id, capacity, history)
 
     # ---- queries --------------------------------------------------------------------------------------------
     def get_num_available_tokens(self, *, token_num_upper_bound: int, batch_size: int = 1,
