@@ -46,9 +46,10 @@ class StepShape:
 
     @classmethod
     def of(cls, items: list[StepItem]) -> "StepShape":
-        q_lens = {len(it.token_ids) for it in items}
-        q = q_lens.pop() if len(q_lens) == 1 and all(it.decode for it in items) else None
-        return cls(len(items), sum(len(it.token_ids) for it in items), sum(it.num_logits for it in items), q)
+        q_lens = [len(it.token_ids) for it in items]
+        q = q_lens[0] if items and q_lens.count(q_lens[0]) == len(q_lens) and all(it.decode for it in items) \
+            else None
+        return cls(len(items), sum(q_lens), sum(it.num_logits for it in items), q)
 
 
 class StaticStep:

@@ -80,8 +80,8 @@ class ModelRunner:
 
     def fill(self, buf: StepBuffers, items: list[StepItem], tables=None, **pad) -> AttentionContext:
         """Write a step into ``buf``; returns the attention context over ``buf``'s device tensors."""
-        order = sorted(range(len(items)), key=lambda i: not items[i].decode)
-        if order != list(range(len(items))):
+        decode = [it.decode for it in items]
+        if True in decode[decode.count(True):]:    # a decode after the leading ones
             raise ValueError("decode items must come before prefill items")
         filled = buf.fill(items, self.tables(items) if tables is None else tables, tpb=self.tpb, **pad)
         return self.context(buf, filled)

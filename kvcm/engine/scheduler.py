@@ -121,12 +121,13 @@ class Scheduler:
         seqs: list[Sequence] = []
         items: list[StepItem] = []
         scheduled: set = set()
-        begin_generation = self.mgr.begin_generation
+        begin_generation, max_batch_size = self.mgr.begin_generation, self.max_batch_size
+        # the loop every step runs once per running sequence: properties are read inline
         for seq in list(self.running):
-            if seq.is_prefilling or len(seqs) >= self.max_batch_size or budget < 1:
-                continue
-            if seq.status is not Status.RUNNING:   # preempted by an earlier grow in this loop
-                continue
+            if len(seqs) >= max_batch_size or budget < 1:
+                break
+            if seq.num_computed < seq.prefill_len or seq.status is not Status.RUNNING:   # prefilling; preempted
+                continue                                                               # by an earlier grow
             rid = seq.request_id
             if self.drafter is not None:
                 k = min(self.num_draft, self.max_seq_len - seq.num_tokens)
@@ -145,11 +146,15 @@ class Scheduler:
                     continue
             scheduled.add(rid)
             seqs.append(seq)
-            items.append(StepItem(rid, [seq.last_token], seq.num_tokens - 1, decode=True))
+            out = seq.output_token_ids
+            items.append(StepItem(rid, [out[-1] if out else seq.prompt_token_ids[-1]],
+                                  len(seq.prompt_token_ids) + len(out) - 1, True))
             budget -= 1
         # chunks of sequences part way through their prefill, then new ones
-        for seq in [s for s in self.running if s.is_prefilling] + list(self.waiting):
-            if len(seqs) >= self.max_batch_size or budget < 1:
+        prefills = [] if len(seqs) >= max_batch_size or budget < 1 else \
+            [s for s in self.running if s.is_prefilling] + list(self.waiting)
+        for seq in prefills:
+            if len(seqs) >= max_batch_size or budget < 1:
                 break
             start = seq.num_computed
             n = int(min(seq.prefill_len - start, budget))
@@ -186,11 +191,11 @@ class Scheduler:
         retired now (its pages freed); the stop reason is decided by :meth:`complete`. Returns the
         ``(sequence, output position)`` of each logit row, in row order."""
         pending = []
-        end_generation, nan = self.mgr.end_generation, float("nan")
+        end_generation, at_length_limit, nan = self.mgr.end_generation, self._at_length_limit, float("nan")
         for seq, item in zip(seqs, items):
             out = seq.output_token_ids
             if item.decode:
-                out.append(placeholder(len(pending)))
+                out.append(-1 - len(pending))     # placeholder(row), inline: this runs per sequence per step
                 num_tokens = len(seq.prompt_token_ids) + len(out)
                 end_generation(seq.request_id, num_tokens)
                 seq.num_computed = num_tokens - 1
@@ -202,7 +207,7 @@ class Scheduler:
                 out.append(placeholder(len(pending)))
             seq.logits_margins.append(nan)
             pending.append((seq, len(out) - 1))
-            if self._at_length_limit(seq, len(out) - 1):
+            if at_length_limit(seq, len(out) - 1):
                 self._retire(seq)
         return pending
 
@@ -210,13 +215,14 @@ class Scheduler:
         """Write a committed step's sampled tokens over their placeholders and apply the stop conditions.
         A position past a sequence's end was decoded after an earlier token stopped it (the overlapped loop
         schedules before it knows): its token is dropped. Returns the sequences that finished."""
-        finished = []
+        finished, check_stop = [], self._check_stop
         for (seq, pos), tok, margin in zip(pending, tokens, margins):
-            if pos >= len(seq.output_token_ids):
+            out = seq.output_token_ids
+            if pos >= len(out):
                 continue
-            seq.output_token_ids[pos] = tok
+            out[pos] = tok
             seq.logits_margins[pos] = margin
-            if self._check_stop(seq, pos):
+            if check_stop(seq, pos):
                 del seq.output_token_ids[pos + 1:], seq.logits_margins[pos + 1:]
                 self._retire(seq)
                 finished.append(seq)
