@@ -114,7 +114,7 @@ class DeepseekV4Spec:
 
 
 class DeepseekV4CacheManager(KVCacheManagerV2):
-    version = "v2"
+    kvcm_version = "v2"
 
     def __init__(self, spec: DeepseekV4Spec | None = None, kv_cache_config: KvCacheConfig | None = None,
                  limits: Limits | None = None, *, free_memory_bytes: int | None = None, **limit_fields):

@@ -1,8 +1,9 @@
-"""``create_kv_cache_manager``: pick V1, V2 or DeepSeek-V4 by version string, as engines' configs do."""
+"""``create_kv_cache_manager``: pick V1, V2 or DeepSeek-V4 by ``kvcm_version``, as engines' configs do."""
 
 from __future__ import annotations
 
 from .deepseek_v4 import DeepseekV4CacheManager, DeepseekV4Spec
+from .deprecation import renamed_keywords
 from .errors import ConfigError
 from .limits import Limits
 from .manager_v1 import KVCacheManagerV1
@@ -12,24 +13,26 @@ VERSIONS = ("v1", "v2", "auto")
 DEFAULT_VERSION = "v1"  # what ``auto`` picks for a model that declares no preference
 
 
-def resolve_version(version: str, model) -> str:
+def resolve_kvcm_version(kvcm_version: str, model) -> str:
     """``auto`` is the model's declared preference, V1 where none is declared; DeepSeek-V4 is always V2-based."""
-    if version not in VERSIONS:
-        raise ConfigError("version", version, f"one of {VERSIONS}")
+    if kvcm_version not in VERSIONS:
+        raise ConfigError("kvcm_version", kvcm_version, f"one of {VERSIONS}")
     if isinstance(model, DeepseekV4Spec):
-        if version == "v1":
-            raise ConfigError("version", version, "DeepSeek-V4's cache is V2-based; use 'v2' or 'auto'")
+        if kvcm_version == "v1":
+            raise ConfigError("kvcm_version", kvcm_version, "DeepSeek-V4's cache is V2-based; use 'v2' or 'auto'")
         return "v2"
-    if version == "auto":
+    if kvcm_version == "auto":
         return getattr(model, "preferred_manager", None) or DEFAULT_VERSION
-    return version
+    return kvcm_version
 
 
-def create_kv_cache_manager(version: str, model, kv_cache_config=None, limits: Limits | None = None, *,
+@renamed_keywords(version="kvcm_version")
+def create_kv_cache_manager(kvcm_version: str, model, kv_cache_config=None, limits: Limits | None = None, *,
                             free_memory_bytes: int | None = None, **limit_fields):
-    """A manager of ``version`` for ``model``, sized by ``kv_cache_config`` for ``limits`` (a ``kvcm.Limits``, or
-    its fields as keywords: ``max_batch_size=64, max_seq_len=4096, ...``, as before ``Limits`` existed)."""
-    resolved = resolve_version(version, model)
+    """A ``kvcm_version`` manager for ``model``, sized by ``kv_cache_config`` for ``limits`` (a ``kvcm.Limits``,
+    or its fields as keywords: ``max_batch_size=64, max_seq_len=4096, ...``, as before ``Limits`` existed).
+    ``version=`` is the deprecated spelling of ``kvcm_version=``."""
+    resolved = resolve_kvcm_version(kvcm_version, model)
     limits = Limits.of(limits, **limit_fields)
     if isinstance(model, DeepseekV4Spec):
         return DeepseekV4CacheManager(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes)

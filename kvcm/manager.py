@@ -15,6 +15,7 @@ from .config import BatchDesc, KvCacheConfig
 from . import validation
 from .validation import MAX_BATCH_SIZE
 from .errors import ConfigError, OutOfPagesError, UnknownRequestError
+from .deprecation import renamed_attribute
 from .block_pool import BlockPool
 from .layer_groups import LayerGroup, build_layer_groups
 from .limits import MAX_BATCH_SIZE, Limits  # noqa: F401  (MAX_BATCH_SIZE: kvcm.MAX_BATCH_SIZE)
@@ -53,7 +54,8 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
 
 
 class BaseKVCacheManager:
-    version = "base"
+    kvcm_version = "base"
+    version = renamed_attribute("kvcm_version")
 
     def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, limits: Limits | None = None,
                  *, free_memory_bytes: int | None = None, **limit_fields):
@@ -254,7 +256,7 @@ class BaseKVCacheManager:
         """Pools, constraints and sizes as plain data (for `kvcm plan` and reports)."""
         tpb = self.tokens_per_block
         return {
-            "version": self.version,
+            "kvcm_version": self.kvcm_version,
             "tokens_per_block": tpb,
             "budget_bytes": self.budget_bytes,
             "pool_bytes": self.pool_bytes,

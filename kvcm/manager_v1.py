@@ -14,7 +14,7 @@ from .manager import BaseKVCacheManager
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
-    version = "v1"
+    kvcm_version = "v1"
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block

@@ -19,7 +19,7 @@ from .manager import BaseKVCacheManager
 
 
 class KVCacheManagerV2(BaseKVCacheManager):
-    version = "v2"
+    kvcm_version = "v2"
 
     # ---- constraints and sizing -----------------------------------------------------------------------------
     def _typical_seq_len(self) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from .embedded import embedded_models, load_config, load_spec
 from .units import ceil_div
@@ -43,7 +44,7 @@ def max_concurrency(manager, seq_len: int) -> int:
     tpb = manager.tokens_per_block
     counts = []
     for g in manager.layer_groups:
-        need = g.blocks_needed(seq_len, seq_len - 1, tpb) if manager.version == "v2" else ceil_div(seq_len, tpb)
+        need = g.blocks_needed(seq_len, seq_len - 1, tpb) if manager.kvcm_version == "v2" else ceil_div(seq_len, tpb)
         counts.append(g.num_blocks // max(need, 1))
     return min(counts)
 
@@ -57,13 +58,14 @@ def plan(args, progress: bool | None = None) -> dict:
     from .limits import Limits
 
     deepseek = is_deepseek_v4(model)
-    if deepseek and args.version == "v1":
-        raise SystemExit("kvcm plan: --version v1: DeepSeek-V4 is planned by V2 only (its compressed and "
-                         "sliding-window groups need V2's layer groups); use --version v2")
+    if deepseek and args.kvcm_version == "v1":
+        raise SystemExit("kvcm plan: --kvcm-version v1: DeepSeek-V4 is planned by V2 only (its compressed and "
+                         "sliding-window groups need V2's layer groups); use --kvcm-version v2")
     tpb = args.tpb if args.tpb is not None else 128 if deepseek else 32
     cfg = cache_config(tpb=tpb, max_tokens=args.max_tokens, dtype=args.dtype, fraction=args.fraction,
                        max_gpu_total_bytes=None if args.max_gpu_total_gib is None else int(args.max_gpu_total_gib * GiB))
-    versions = ["v1", "v2"] if args.version == "both" and not deepseek else ["v2"] if deepseek else [args.version]
+    versions = ["v1", "v2"] if args.kvcm_version == "both" and not deepseek else ["v2"] if deepseek else [
+        args.kvcm_version]
     out = {"model": args.model, "free_memory_bytes": int(args.free_gib * GiB), "max_batch_size": args.max_batch_size,
            "max_seq_len": args.max_seq_len, "max_num_tokens": args.max_num_tokens, "max_draft_len": args.max_draft_len,
            "num_extra_kv_tokens": args.extra_kv_tokens, "tokens_per_block": tpb, "dtype": args.dtype,
@@ -72,19 +74,19 @@ def plan(args, progress: bool | None = None) -> dict:
     draft = _draft_split(args, model, cfg, out)
     if draft is not None:
         cfg = draft[1]
-    if deepseek and args.version == "both":
+    if deepseek and args.kvcm_version == "both":
         out["notes"].append("DeepSeek-V4 is planned by V2 only (its compressed and sliding-window groups need V2)")
-    for version in _progress(versions, progress):
-        entry = {"version": version}
+    for kvcm_version in _progress(versions, progress):
+        entry = {"kvcm_version": kvcm_version}
         try:
             limits = Limits(args.max_batch_size, args.max_seq_len, args.max_num_tokens, args.max_draft_len,
                             args.extra_kv_tokens, device="meta")
-            est = build_with_estimation(version, model, cfg, limits, free_memory_bytes=int(args.free_gib * GiB),
+            est = build_with_estimation(kvcm_version, model, cfg, limits, free_memory_bytes=int(args.free_gib * GiB),
                                         two_model=args.two_model or draft is not None)
             if draft is not None:
                 from .factory import create_kv_cache_manager
                 draft_limits = limits.replace(max_seq_len=args.max_seq_len + args.max_draft_len, num_extra_kv_tokens=0)
-                entry["draft"] = create_kv_cache_manager(version, draft[0], draft[2], draft_limits,
+                entry["draft"] = create_kv_cache_manager(kvcm_version, draft[0], draft[2], draft_limits,
                                                          free_memory_bytes=int(args.free_gib * GiB)).describe()
         except KvcmError as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
@@ -186,14 +188,25 @@ class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class _OldVersionFlag(argparse.Action):
+    """``--version``, the old spelling of ``--kvcm-version`` (and the usual spelling of "print the program's
+    version"): still stored, with a note on stderr; hidden from ``--help``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"kvcm plan: {option_string} is deprecated; use --kvcm-version", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = _HelpWithDefaults
     p.description = ("Size a model's KV cache the way an engine does at start-up, on paper (no GPU, no weights): "
                      "budget, pools per layer group, tokens, requests that fit, and the CUDA-graph warmup plan.")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded config ({', '.join(embedded_models())}) or a "
                                                           "config.json path")
-    p.add_argument("--version", choices=["v1", "v2", "both"], default="both",
+    p.add_argument("--kvcm-version", choices=["v1", "v2", "both"], default="both",
                    help="manager version(s) to plan; DeepSeek-V4 is V2 only")
+    p.add_argument("--version", choices=["v1", "v2", "both"], dest="kvcm_version", action=_OldVersionFlag,
+                   help=argparse.SUPPRESS)
     p.add_argument("--free-gib", type=float, default=DEFAULT_FREE_GIB,
                    help="free device memory in GiB that --fraction applies to (an H100's 80 GiB)")
     p.add_argument("--fraction", type=float, default=None,

@@ -56,7 +56,7 @@ def concurrency_words(m: dict, result: dict) -> str:
 
 
 def verdict(m: dict, result: dict) -> str:
-    v = m["version"].upper()
+    v = m["kvcm_version"].upper()
     if "error" in m:
         return f"{v}: does not fit: {m['error']}"
     f = m["final"]
@@ -78,8 +78,9 @@ def draft_lines(result: dict) -> list[str]:
     for m in result["managers"]:
         if "draft" in m:
             d, f = m["draft"], m["final"]
-            lines.append(f"  {m['version'].upper()} draft cache: {size(d['pool_bytes'])}, {d['max_tokens']:,} tokens; "
-                         f"target cache: {size(f['pool_bytes'])}, {f['max_tokens']:,} tokens")
+            lines.append(f"  {m['kvcm_version'].upper()} draft cache: {size(d['pool_bytes'])}, "
+                         f"{d['max_tokens']:,} tokens; target cache: {size(f['pool_bytes'])}, "
+                         f"{f['max_tokens']:,} tokens")
     return lines
 
 
@@ -144,7 +145,7 @@ def concurrency_detail(m: dict, result: dict) -> str:
 
 
 def version_lines(m: dict, result: dict) -> list[str]:
-    lines = [f"== {m['version'].upper()} in detail =="]
+    lines = [f"== {m['kvcm_version'].upper()} in detail =="]
     if "error" in m:
         return lines + [f"  {m['error']}"]
     short = 1 + result["max_draft_len"] + result.get("num_extra_kv_tokens", 0)

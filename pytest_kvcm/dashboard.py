@@ -121,13 +121,13 @@ def history_svg(points: list[dict], *, width: int = 560, height: int = 170) -> s
     series: dict[Any, list[dict]] = defaultdict(list)
     for p in pts:
         series[p["kvcm_version"]].append(p)
-    for version, ps in sorted(series.items(), key=lambda kv: str(kv[0])):
-        color = COLORS.get(version, COLORS[None])
+    for kvcm_version, ps in sorted(series.items(), key=lambda kv: str(kv[0])):
+        color = COLORS.get(kvcm_version, COLORS[None])
         if len(ps) > 1:
             coords = " ".join(f"{x(p['time']):.1f},{y(p['value']):.1f}" for p in ps)
             out.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"/>')
         for p in ps:
-            tip = (f"{version or '?'} {p['value']:.3f} (threshold {_fmt(p['threshold'])}, n={_fmt(p['n'])}) "
+            tip = (f"{kvcm_version or '?'} {p['value']:.3f} (threshold {_fmt(p['threshold'])}, n={_fmt(p['n'])}) "
                    f"{_when(p['time'])} {p['git_commit'] or ''}")
             cls = "pt fail" if p["passed"] is False else "pt"
             out.append(f'<circle cx="{x(p["time"]):.1f}" cy="{y(p["value"]):.1f}" r="4" fill="{color}" '

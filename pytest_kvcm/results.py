@@ -5,6 +5,10 @@ once. Each row is written in its own short ``BEGIN IMMEDIATE`` transaction in WA
 so concurrent writers queue instead of failing, and a run that dies keeps every row committed before it.
 Each record is also attached to the test's JUnit XML as a property, for CI systems that only read JUnit.
 
+The manager version's column is ``kvcm_version``, the one name the project gives that concept (ARCHITECTURE.md),
+and has been since the store's first schema: when ``version`` / ``manager_version`` were retired from the Python
+API, existing result files kept working unchanged, with no migration and no mapping layer.
+
 Options: ``--kvcm-results=PATH`` (ini ``kvcm_results``; default ``<rootdir>/.kvcm/results.sqlite``; ``none``
 turns the file off, JUnit properties stay). Fixture: ``kvcm_results.record(metric=..., value=..., ...)``.
 """

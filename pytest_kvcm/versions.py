@@ -6,11 +6,15 @@ when the run excludes every version a test allows, the test is deselected (with 
 not failed. ``auto`` runs each test once with the version the model declares (V1 where none is declared):
 ``kvcm_manager_factory`` asks kvcm per model, and the ``kvcm_version`` fixture is always a concrete version
 (``v1``/``v2``), the one ``auto`` picks for a model with no preference, so no test maps ``auto`` itself.
+A test that parametrizes ``kvcm_version`` itself (``@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])``:
+a comparison that needs both whatever the run) keeps its own list.
 """
 
 from __future__ import annotations
 
 import pytest
+
+from kvcm.deprecation import renamed_attribute
 
 CHOICES = ("v1", "v2", "both", "auto")
 _EXCLUDED = "excluded"
@@ -37,8 +41,19 @@ def _allowed(metafunc_or_item) -> list[str] | None:
     return None if marker is None else list(marker.args)
 
 
+def _parametrized_by_test(metafunc) -> bool:
+    """Whether the test's own ``parametrize`` marker names ``kvcm_version``."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = names.split(",")
+        if "kvcm_version" in (n.strip() for n in names):
+            return True
+    return False
+
+
 def pytest_generate_tests(metafunc):
-    if "kvcm_version" not in metafunc.fixturenames:
+    if "kvcm_version" not in metafunc.fixturenames or _parametrized_by_test(metafunc):
         return
     run = selected_versions(metafunc.config)
     allowed = _allowed(metafunc)
@@ -100,9 +115,11 @@ class ManagerFactory:
     """Builds managers of the test's version; ``managers`` keeps every one made, for assertions after the fact.
     Under ``auto`` each manager gets the version its model declares (``requested`` stays ``auto``)."""
 
-    def __init__(self, version: str, requested: str | None = None):
-        self.version = version
-        self.requested = requested or version
+    version = renamed_attribute("kvcm_version")
+
+    def __init__(self, kvcm_version: str, requested: str | None = None):
+        self.kvcm_version = kvcm_version
+        self.requested = requested or kvcm_version
         self.managers = []
 
     def __call__(self, model, kv_cache_config=None, limits=None, **kwargs):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..config import KvCacheConfig
+from ..deprecation import renamed_attribute, renamed_keywords
 from ..factory import create_kv_cache_manager
 from ..limits import Limits
 from ..model_spec import ModelSpec
@@ -70,12 +71,13 @@ def default_kv_cache_config(model, *, max_batch_size: int, max_seq_len: int, dev
 
 
 class LLM:
-    def __init__(self, model, tokenizer=None, *, manager_version: str = "v2", kv_cache_config=None,
+    @renamed_keywords(manager_version="kvcm_version", draft_manager_version="draft_kvcm_version")
+    def __init__(self, model, tokenizer=None, *, kvcm_version: str = "v2", kv_cache_config=None,
                  max_batch_size: int = 64, max_seq_len: int = 2048, max_num_tokens: int | None = None,
                  device="cpu", trace: bool = False, manager=None, max_draft_len: int = 0,
                  cuda_graph: bool = False, cuda_graph_batch_sizes: list[int] | None = None,
                  cuda_graph_token_buckets: list[int] | None = None, graph_capture: bool | None = None,
-                 overlap: bool = True, drafter=None, draft_manager_version: str | None = None,
+                 overlap: bool = True, drafter=None, draft_kvcm_version: str | None = None,
                  draft_kv_cache_config=None):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
@@ -85,8 +87,11 @@ class LLM:
         ``drafter``: speculative decoding with ``max_draft_len`` drafts a step, proposed by ``"ngram"``
         (TensorRT-LLM's n-gram pool with its defaults; the pool outlives ``generate`` calls, as upstream's lives
         with the executor), an ``NgramDrafter``, or a draft model (a causal LM sharing the tokenizer, with
-        its own ``draft_manager_version`` cache; target and draft split one memory budget: ``kvcm.draft_budget``,
+        its own ``draft_kvcm_version`` cache; target and draft split one memory budget: ``kvcm.draft_budget``,
         unless ``draft_kv_cache_config`` sizes the draft's cache on its own).
+
+        ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
+        ``draft_kvcm_version=``.
         """
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
@@ -98,7 +103,7 @@ class LLM:
             kv_cache_config = default_kv_cache_config(model, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
                                                       device=device, max_num_tokens=max_num_tokens)
         self.kv_cache_config = kv_cache_config
-        self.manager_version = manager_version
+        self.kvcm_version = kvcm_version
         self.model_spec = ModelSpec.from_hf_config(model.config)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         draft_model = drafter if isinstance(drafter, torch.nn.Module) else None
@@ -118,7 +123,7 @@ class LLM:
             plan = GraphPlan(batch_sizes=cuda_graph_batch_sizes, token_buckets=cuda_graph_token_buckets,
                              two_model=max_draft_len > 0, capture=graph_capture)
         self.tracer = Tracer() if trace else None
-        target = build_cache(self.model, self.device, self._factory(manager_version, self.model_spec,
+        target = build_cache(self.model, self.device, self._factory(kvcm_version, self.model_spec,
                                                                     max_seq_len), target_cfg, plan,
                              max_seq_len=max_seq_len, manager=manager, tracer=self.tracer)
         self.manager, self.runner, self.graphs, self.warmup_reports = (target.manager, target.runner,
@@ -130,7 +135,7 @@ class LLM:
             draft_plan = None if plan is None else GraphPlan(
                 batch_sizes=cuda_graph_batch_sizes, token_buckets=cuda_graph_token_buckets, draft_lens=(1, 0),
                 capture=graph_capture)
-            dv = draft_manager_version or manager_version
+            dv = draft_kvcm_version or kvcm_version
             draft = build_cache(draft_model, self.device,
                                 self._factory(dv, ModelSpec.from_hf_config(draft_model.config),
                                               max_seq_len + max_draft_len), draft_cfg, draft_plan,
@@ -150,7 +155,7 @@ class LLM:
         """What this engine holds for its KV cache, in words (the draft model's cache too, when there is one)."""
         m = self.manager
         text = (f"KV cache {human_bytes(m.pool_bytes)} on {self.device.type} = {m.max_tokens:,} tokens "
-                f"({m.version}, {m.tokens_per_block} tokens a block)")
+                f"({m.kvcm_version}, {m.tokens_per_block} tokens a block)")
         draft = getattr(self.drafter, "manager", None)
         if draft is not None:
             text += f" + draft KV cache {human_bytes(draft.pool_bytes)}"
@@ -161,15 +166,16 @@ class LLM:
         return (f"LLM({type(self.model).__name__}, {params / 1e6:,.0f}M params, {self.reserved()}, "
                 f"max_batch_size={self.max_batch_size}, max_seq_len={self.max_seq_len})")
 
-    def _factory(self, version, spec, max_seq_len):
+    def _factory(self, kvcm_version, spec, max_seq_len):
         limits = self.limits.replace(max_seq_len=max_seq_len)
-        return lambda cfg: create_kv_cache_manager(version, spec, cfg, limits)
+        return lambda cfg: create_kv_cache_manager(kvcm_version, spec, cfg, limits)
 
     max_batch_size = property(lambda self: self.limits.max_batch_size)
     max_seq_len = property(lambda self: self.limits.max_seq_len)
     max_num_tokens = property(lambda self: self.limits.max_num_tokens)
     max_draft_len = property(lambda self: self.limits.max_draft_len)
     device = property(lambda self: self.limits.device)
+    manager_version = renamed_attribute("kvcm_version")
 
     def close(self) -> None:
         """Drop graphs and give the engine's own pages (the graph pad request) back to the managers."""

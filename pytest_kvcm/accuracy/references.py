@@ -24,6 +24,7 @@ STAT_KEYS = ("alpha", "beta", "sigma", "num_samples", "higher_is_better")
 ENTRY_KEYS = frozenset(("accuracy", *SPEC_KEYS, *STAT_KEYS))
 # Things people are tempted to gate on; each must reproduce the same reference instead.
 NOT_SPEC_KEYS = {
+    "kvcm_version": "V1 and V2 must reproduce the same reference",
     "manager_version": "V1 and V2 must reproduce the same reference",
     "kv_manager": "V1 and V2 must reproduce the same reference",
     "version": "V1 and V2 must reproduce the same reference",

@@ -56,11 +56,11 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def kvcm_fn(model, tok, version):
+def kvcm_fn(model, tok, kvcm_version):
     import kvcm
 
     LLM, _ = engine()
-    llm = LLM(model, tok, manager_version=version, kv_cache_config=kvcm.KvCacheConfig(max_tokens=64 * 1024),
+    llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=kvcm.KvCacheConfig(max_tokens=64 * 1024),
               max_batch_size=16, max_seq_len=2048, device=device())
     return kvcm_generate_fn(llm, tok)
 
@@ -84,8 +84,8 @@ def assert_identical(results):
     assert (v1.strict, v1.flexible) == (v2.strict, v2.flexible)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_gsm8k_gate(gsm8k, version, pytestconfig, request):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_gsm8k_gate(gsm8k, kvcm_version, pytestconfig, request):
     """The session's mode (gate / smoke / measure) on ``--kvcm-gsm8k`` data, default the embedded set.
 
     On a CPU the full gate (48 questions x 256 tokens per version) takes many minutes, so there it runs only
@@ -94,7 +94,7 @@ def test_gsm8k_gate(gsm8k, version, pytestconfig, request):
     if device() == "cpu" and pytestconfig.getoption("kvcm_accuracy") is None:
         pytest.skip("full GSM8K gate on CPU runs only with an explicit --kvcm-accuracy=gate|smoke|measure")
     model, tok = request.getfixturevalue("smollm2")  # after the skip: loading the model is not free
-    gsm8k(kvcm_fn(model, tok, version), model=MODEL, spec=SPEC, kvcm_version=version)
+    gsm8k(kvcm_fn(model, tok, kvcm_version), model=MODEL, spec=SPEC, kvcm_version=kvcm_version)
 
 
 def test_v1_v2_identical_scores_embedded_smoke(smollm2, kvcm_results, kvcm_progress):
@@ -102,9 +102,9 @@ def test_v1_v2_identical_scores_embedded_smoke(smollm2, kvcm_results, kvcm_progr
     results = both_versions(model, tok, load_gsm8k(), SLICE, kvcm_progress)
     assert_identical(results)
     gate = AccuracyGate("smoke", reference_dir=ROOT / "ci" / "references", record=kvcm_results.record)
-    for version, r in results.items():
+    for kvcm_version, r in results.items():
         gate("gsm8k-arith", model=MODEL, spec=SPEC, score=r.score, num_samples=r.num_samples,
-             kvcm_version=version, extra={"strict": r.strict, "flexible": r.flexible})
+             kvcm_version=kvcm_version, extra={"strict": r.strict, "flexible": r.flexible})
 
 
 @pytest.mark.skipif(not (REAL / "test.jsonl").is_file(), reason=f"real GSM8K not present at {REAL}")
@@ -121,8 +121,8 @@ def test_v1_v2_identical_scores_real_gsm8k_slice(smollm2, kvcm_results, kvcm_pro
         mode = "measure"
     gate = AccuracyGate(mode, reference_dir=ROOT / "ci" / "references", record=kvcm_results.record,
                         report=lambda msg: request.node.user_properties.append((MEASURE_PROP, msg)))
-    for version, r in results.items():
-        gate("gsm8k", model=MODEL, spec=SPEC, score=r.score, num_samples=r.num_samples, kvcm_version=version,
+    for kvcm_version, r in results.items():
+        gate("gsm8k", model=MODEL, spec=SPEC, score=r.score, num_samples=r.num_samples, kvcm_version=kvcm_version,
              extra={"strict": r.strict, "flexible": r.flexible, "dataset": f"gsm8k[:{SLICE}]"})
 
 

@@ -75,7 +75,7 @@ def test_no_match_names_model_and_spec(refdir):
         look(refdir, "nobody/x")
 
 
-@pytest.mark.parametrize("key", ["manager_version", "cuda_graphs", "tp_size"])
+@pytest.mark.parametrize("key", ["kvcm_version", "manager_version", "cuda_graphs", "tp_size"])
 def test_manager_graphs_and_parallelism_are_not_spec_keys(refdir, key):
     with pytest.raises(ValueError, match=f"'{key}' is not an accuracy spec key"):
         look(refdir, **{key: "v2"})

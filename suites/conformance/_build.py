@@ -9,12 +9,12 @@ from kvcm.model_spec import LayerSpec, ModelSpec
 GiB = 2**30
 
 
-def build(version: str, spec, cfg: KvCacheConfig | None = None, **limits):
+def build(kvcm_version: str, spec, cfg: KvCacheConfig | None = None, **limits):
     """``kvcm.create_kv_cache_manager`` on the meta device with B=4, S=65536 unless given."""
     limits.setdefault("max_batch_size", 4)
     limits.setdefault("max_seq_len", 65536)
     limits.setdefault("device", "meta")
-    return kvcm.create_kv_cache_manager(version, spec, cfg, **limits)
+    return kvcm.create_kv_cache_manager(kvcm_version, spec, cfg, **limits)
 
 
 def one_layer(num_kv_heads: int = 1, head_dim: int = 64, dtype: str = "bfloat16") -> ModelSpec:

@@ -17,13 +17,13 @@ from kvcm.model_spec import LayerSpec, ModelSpec
 from _build import build, one_layer, sliding_then_full, v4
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_long_dummy_fills_what_two_short_dummies_leave(version):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_long_dummy_fills_what_two_short_dummies_leave(kvcm_version):
     """Source: ``clamp_max_seq_len_for_mem`` starts from ``storage.num_slots`` (each pool's total) and takes
     ``bs - 1`` one-token requests away. Pool of 8 blocks (tpb 32, one full-attention layer), B=3, two short
     generation dummies held: 8 - 2 = 6 blocks, 192 tokens (V1 counts free blocks and ignores batch_size: also
     192)."""
-    mgr = build(version, one_layer(), KvCacheConfig(max_tokens=256), max_batch_size=3)
+    mgr = build(kvcm_version, one_layer(), KvCacheConfig(max_tokens=256), max_batch_size=3)
     assert mgr.add_dummy_requests(["s0", "s1"], is_gen=True) is not None
     assert mgr.get_num_available_tokens(token_num_upper_bound=4096, batch_size=3) == 192
 
@@ -38,20 +38,20 @@ def test_other_single_token_sequences_take_one_block_each():
     assert mgr.get_num_available_tokens(token_num_upper_bound=10**6, batch_size=4) == 13 * 32
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_bound_below_capacity_is_returned_unchanged(version):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_bound_below_capacity_is_returned_unchanged(kvcm_version):
     """Upstream ``test_clamp_max_seq_len_counts_pages``: ``clamp_max_seq_len_for_mem(1, 500) == 500`` when the
     pool holds more than 500 tokens; the answer is the bound itself, not rounded to a block."""
-    mgr = build(version, one_layer(), KvCacheConfig(max_tokens=4096))
+    mgr = build(kvcm_version, one_layer(), KvCacheConfig(max_tokens=4096))
     assert mgr.get_num_available_tokens(token_num_upper_bound=500) == 500
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_max_tokens_caps_the_answer(version):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_max_tokens_caps_the_answer(kvcm_version):
     """Upstream ``test_real_v2_separates_logical_length_from_reused_physical_capacity``: ``max_tokens=9_280``,
     tpb 64, one layer of 2 KV heads x 16 (fp16): ``get_num_available_tokens(token_num_upper_bound=32_768)`` is
     9_280 (145 blocks of 64)."""
-    mgr = build(version, one_layer(2, 16, "float16"), KvCacheConfig(tokens_per_block=64, max_tokens=9_280,
+    mgr = build(kvcm_version, one_layer(2, 16, "float16"), KvCacheConfig(tokens_per_block=64, max_tokens=9_280,
                                                                      dtype="float16"), max_batch_size=1)
     assert mgr.layer_groups[0].num_blocks == 145
     assert mgr.get_num_available_tokens(token_num_upper_bound=32_768) == 9_280

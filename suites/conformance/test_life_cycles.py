@@ -40,11 +40,11 @@ def test_full_attention_has_no_stale_blocks():
     assert group.blocks_needed(1000, 999, 32) == 32
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_groups_are_numbered_as_first_seen(version):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_groups_are_numbered_as_first_seen(kvcm_version):
     """Source: ``LifeCycleRegistry.__init__`` appends each new life cycle as it meets the layers in order. A
     model whose first layer slides (Gemma's layout) has the sliding group as index 0 and full attention as 1."""
-    mgr = build(version, sliding_then_full(64), KvCacheConfig(max_tokens=1024))
+    mgr = build(kvcm_version, sliding_then_full(64), KvCacheConfig(max_tokens=1024))
     assert [(g.index, g.window, g.layers) for g in mgr.layer_groups] == [(0, 64, (0,)), (1, None, (1,))]
 
 

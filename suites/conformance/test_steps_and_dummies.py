@@ -26,11 +26,11 @@ def test_end_of_step_rewinds_rejected_drafts():
     assert (mgr.get_capacity("r"), mgr.get_history("r")) == (253, 200)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_generation_dummy_holds_token_num_plus_extra_plus_reserve(version):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_generation_dummy_holds_token_num_plus_extra_plus_reserve(kvcm_version):
     """``add_dummy_requests`` (TensorRT-LLM PR #19213 removed a duplicate + 1): a generation dummy holds
     ``token_num + E + K``; history 31 with one input (token_num 32, E = 0, K = 0) holds 32, one block of 32."""
-    mgr = build(version, one_layer(), KvCacheConfig(max_tokens=1024))
+    mgr = build(kvcm_version, one_layer(), KvCacheConfig(max_tokens=1024))
     [dummy] = mgr.add_dummy_requests(["d"], token_nums=[32], is_gen=True)
     assert dummy.capacity == 32 and mgr.num_blocks_held("d") == [1]
 

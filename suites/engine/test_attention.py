@@ -16,10 +16,10 @@ from kvcm.engine.runner import ModelRunner, StepItem
 TOL = dict(atol=3e-5, rtol=1e-4)
 
 
-def _manager(model, version, tpb=8, max_tokens=1024, dtype="float32"):
+def _manager(model, kvcm_version, tpb=8, max_tokens=1024, dtype="float32"):
     spec = kvcm.ModelSpec.from_hf_config(model.config)
     cfg = kvcm.KvCacheConfig(tokens_per_block=tpb, max_tokens=max_tokens, dtype=dtype)
-    return kvcm.create_kv_cache_manager(version, spec, cfg, max_batch_size=8, max_seq_len=256, device="cpu")
+    return kvcm.create_kv_cache_manager(kvcm_version, spec, cfg, max_batch_size=8, max_seq_len=256, device="cpu")
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ from kvcm.models import tiny_model
 def test_sliding_window_model_gets_window_sized_pools(batch):
     model, _ = tiny_model("mistral", seed=0)  # every layer slides, window 16
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=512, dtype="float32")
-    llm = LLM(model, manager_version="v2", kv_cache_config=cfg, device="cpu", max_batch_size=batch, max_seq_len=96)
+    llm = LLM(model, kvcm_version="v2", kv_cache_config=cfg, device="cpu", max_batch_size=batch, max_seq_len=96)
     try:
         groups = llm.manager.layer_groups
         assert [g.window for g in groups] == [16], [(g.name, g.window) for g in groups]
@@ -21,12 +21,12 @@ def test_sliding_window_model_gets_window_sized_pools(batch):
         llm.close()
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_engine_cache_holds_the_tokens_asked_after_estimation(version):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_engine_cache_holds_the_tokens_asked_after_estimation(kvcm_version):
     """TensorRT-LLM PR #15881: warmup on the estimation cache must not shrink the final cache below max_tokens."""
     model, _ = tiny_model("llama", seed=0)
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=2048, dtype="float32")
-    llm = LLM(model, manager_version=version, kv_cache_config=cfg, device="cpu", max_batch_size=4, max_seq_len=96,
+    llm = LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, device="cpu", max_batch_size=4, max_seq_len=96,
               cuda_graph=True)
     try:
         assert len(llm.warmup_reports) >= 2, "estimation and final warmups ran"

@@ -17,11 +17,11 @@ def _prompts(lengths, seed=0):
     return [torch.randint(3, 256, (n,), generator=g).tolist() for n in lengths]
 
 
-def _llm(model, version, *, max_tokens=2048, device="cpu", dtype="float32", **kw):
+def _llm(model, kvcm_version, *, max_tokens=2048, device="cpu", dtype="float32", **kw):
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=max_tokens, dtype=dtype)
     kw.setdefault("max_batch_size", 8)
     kw.setdefault("max_seq_len", 96)
-    return LLM(model, manager_version=version, kv_cache_config=cfg, device=device, **kw)
+    return LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, device=device, **kw)
 
 
 @pytest.mark.parametrize("draft", [0, 4])
@@ -86,10 +86,10 @@ def test_cuda_graph_replay_matches_eager_on_gpu(kvcm_version, dtype):
         assert [o.token_ids for o in outs] == [r.token_ids for r in refs]
 
 
-def _boundary_llm(model, version, draft, device="cpu", dtype="float32"):
+def _boundary_llm(model, kvcm_version, draft, device="cpu", dtype="float32"):
     """A cache of 8 blocks of 8 tokens under max_seq_len 96: every long warmup dummy is sized by
     get_num_available_tokens below S, so at least the bs=1 shape sits exactly on a page boundary."""
-    return _llm(model, version, max_tokens=64, max_seq_len=96, max_batch_size=4, cuda_graph=True,
+    return _llm(model, kvcm_version, max_tokens=64, max_seq_len=96, max_batch_size=4, cuda_graph=True,
                 max_draft_len=draft, device=device, dtype=dtype, cuda_graph_token_buckets=[])
 
 
@@ -172,7 +172,7 @@ def test_estimation_cache_is_returned_before_the_final_cache_is_sized():
     torch.cuda.empty_cache()
     free = torch.cuda.mem_get_info()[0]
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, free_gpu_memory_fraction=0.2)
-    llm = LLM(model, manager_version="v2", kv_cache_config=cfg, max_batch_size=4, max_seq_len=64, device="cuda",
+    llm = LLM(model, kvcm_version="v2", kv_cache_config=cfg, max_batch_size=4, max_seq_len=64, device="cuda",
               cuda_graph=True)
     assert llm.warmup_reports[0].cache == "estimation"
     assert llm.manager.budget_bytes >= 0.2 * free * 0.97, (llm.manager.budget_bytes, free)

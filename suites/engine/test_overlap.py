@@ -17,17 +17,17 @@ from kvcm.engine.scheduler import placeholder
 from _prompts import random_prompts
 
 
-def _llm(model, version, *, overlap, max_tokens=2048, **kw):
+def _llm(model, kvcm_version, *, overlap, max_tokens=2048, **kw):
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=max_tokens, dtype="float32")
     kw.setdefault("max_batch_size", 8)
     kw.setdefault("max_seq_len", 128)
-    return LLM(model, manager_version=version, kv_cache_config=cfg, overlap=overlap, **kw)
+    return LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, overlap=overlap, **kw)
 
 
-def _stop_tokens(model, version, prompts, n):
+def _stop_tokens(model, kvcm_version, prompts, n):
     """Tokens that the model emits part way through several outputs: stopping on them ends requests at
     different steps, which is what the overlapped loop learns a step late."""
-    outs = _llm(model, version, overlap=False).generate(prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))
+    outs = _llm(model, kvcm_version, overlap=False).generate(prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))
     counts = {}
     for o in outs:
         for t in set(o.token_ids[2:n - 4]):

@@ -19,11 +19,11 @@ NEW_TOKENS = 24
 
 
 
-def engine(model, version: str, *, max_tokens=2048, tpb=8, max_num_tokens=None, max_batch_size=8, tokenizer=None,
+def engine(model, kvcm_version: str, *, max_tokens=2048, tpb=8, max_num_tokens=None, max_batch_size=8, tokenizer=None,
            max_new_tokens=NEW_TOKENS, stats=None):
     """``run(prompts)`` through a fresh kvcm engine; ``stats`` collects its preemption count."""
     def run(prompts):
-        llm = LLM(model, tokenizer, manager_version=version, max_batch_size=max_batch_size, max_seq_len=512,
+        llm = LLM(model, tokenizer, kvcm_version=kvcm_version, max_batch_size=max_batch_size, max_seq_len=512,
                   max_num_tokens=max_num_tokens,
                   kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=tpb, max_tokens=max_tokens, dtype="float32"))
         outs = llm.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens))
@@ -76,14 +76,14 @@ def test_chunked_prefill_matches_whole_prefill(llama, greedy_parity):
                   names=("whole", "chunks_of_8"), model="tiny-llama")
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_sliding_window_past_the_window(mistral, version, greedy_parity):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_sliding_window_past_the_window(mistral, kvcm_version, greedy_parity):
     """Window 16 with 8-token pages: prompts and outputs run well past it, so V2 releases stale pages while
     decoding; the tokens must still be HF's."""
     assert mistral.config.sliding_window == 16
     prompts = random_prompts(3, [10, 24, 40])
-    greedy_parity(hf(mistral, max_new_tokens=32), engine(mistral, version, max_new_tokens=32, max_num_tokens=12),
-                  prompts, names=("hf", version), model="tiny-mistral", kvcm_version=version)
+    greedy_parity(hf(mistral, max_new_tokens=32), engine(mistral, kvcm_version, max_new_tokens=32, max_num_tokens=12),
+                  prompts, names=("hf", kvcm_version), model="tiny-mistral", kvcm_version=kvcm_version)
 
 
 # ---- the gate catches defects ---------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_gate_catches_off_by_one_block_table(llama, greedy_parity):
     good = engine(llama, "v2")
 
     def defective(ps):
-        llm = LLM(llama, manager_version="v2", max_batch_size=8, max_seq_len=512,
+        llm = LLM(llama, kvcm_version="v2", max_batch_size=8, max_seq_len=512,
                   kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=2048, dtype="float32"))
         return _shifted_block_table(llm, 2).generate(ps, SamplingParams(max_new_tokens=NEW_TOKENS))
 

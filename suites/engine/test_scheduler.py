@@ -24,11 +24,11 @@ def _hf_refs(arch, prompts, n, **kw):
     return _REFS[key]
 
 
-def _llm(model, version, *, max_tokens=2048, tpb=8, **kw):
+def _llm(model, kvcm_version, *, max_tokens=2048, tpb=8, **kw):
     cfg = kvcm.KvCacheConfig(tokens_per_block=tpb, max_tokens=max_tokens, dtype="float32")
     kw.setdefault("max_batch_size", 8)
     kw.setdefault("max_seq_len", 128)
-    return LLM(model, manager_version=version, kv_cache_config=cfg, trace=True, **kw)
+    return LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, trace=True, **kw)
 
 
 def _assert_same(outs, refs):

@@ -19,12 +19,12 @@ def _prompts(lengths, seed=0):
     return [torch.randint(3, 256, (n,), generator=g).tolist() for n in lengths]
 
 
-def _boundary_llm(model, version, drafter, device="cpu", dtype="float32", **kw):
+def _boundary_llm(model, kvcm_version, drafter, device="cpu", dtype="float32", **kw):
     """Caches of 8 blocks of 8 tokens under max_seq_len 96 (the draft's 100): every long warmup dummy is sized
     by get_num_available_tokens below S, so the bs=1 shapes sit exactly on a page boundary, on both caches."""
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=64, dtype=dtype)
-    return LLM(model, manager_version=version, kv_cache_config=cfg, max_batch_size=4, max_seq_len=96,
-               max_draft_len=D, drafter=drafter, draft_manager_version=version, device=device, cuda_graph=True,
+    return LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4, max_seq_len=96,
+               max_draft_len=D, drafter=drafter, draft_kvcm_version=kvcm_version, device=device, cuda_graph=True,
                cuda_graph_token_buckets=[], **kw)
 
 
@@ -54,7 +54,7 @@ def test_spec_warmup_on_a_page_boundary_captures_every_shape(kvcm_version):
     outs = llm.generate(prompts, params)
     assert llm.graphs.num_replays > 0 and llm.drafter.graphs.num_replays > 0
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=64, dtype="float32")
-    ref = LLM(model, manager_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4,
+    ref = LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4,
               max_seq_len=96).generate(prompts, params)
     assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
     llm.close()
@@ -72,7 +72,7 @@ def test_ngram_speculation_replays_verification_shapes(kvcm_version):
     outs = llm.generate(prompts, params)
     assert llm.graphs.num_replays > 0
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=64, dtype="float32")
-    ref = LLM(model, manager_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4,
+    ref = LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4,
               max_seq_len=96).generate(prompts, params)
     assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
 
@@ -91,7 +91,7 @@ def test_spec_warmup_on_a_page_boundary_captures_every_shape_on_gpu(tv):
     params = SamplingParams(max_new_tokens=12, ignore_eos=True)
     outs = llm.generate(prompts, params)
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=64, dtype="float32")
-    ref = LLM(model, manager_version=tv, kv_cache_config=cfg, max_batch_size=4, max_seq_len=96,
+    ref = LLM(model, kvcm_version=tv, kv_cache_config=cfg, max_batch_size=4, max_seq_len=96,
               device="cuda").generate(prompts, params)
     assert llm.graphs.num_replays > 0 and llm.drafter.graphs.num_replays > 0
     assert [o.token_ids for o in outs] == [o.token_ids for o in ref]

@@ -19,7 +19,7 @@ def _cfg(max_tokens=1024):
 
 def test_decode_at_history_31_reads_kv_length_32(kvcm_version):
     model, _ = tiny_model("llama", seed=0)
-    llm = LLM(model, manager_version=kvcm_version, kv_cache_config=_cfg(), max_batch_size=4, max_seq_len=256,
+    llm = LLM(model, kvcm_version=kvcm_version, kv_cache_config=_cfg(), max_batch_size=4, max_seq_len=256,
               trace=True)
     prompt = list(range(3, 34))                  # 31 tokens
     llm.generate([prompt], SamplingParams(max_new_tokens=3, ignore_eos=True))

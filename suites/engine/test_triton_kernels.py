@@ -118,7 +118,7 @@ def test_engine_on_the_kernels_matches_hf_generate(device, arch, kvcm_version):
     prompts = random_prompts(11, [5, 21, 9])
     params = SamplingParams(max_new_tokens=14, ignore_eos=True)
     ref = [r.token_ids for r in hf_generate(model, prompts, 14, eos_token_id=[])]
-    kw = dict(manager_version=kvcm_version, max_batch_size=2, max_seq_len=64, max_num_tokens=16, device=device,
+    kw = dict(kvcm_version=kvcm_version, max_batch_size=2, max_seq_len=64, max_num_tokens=16, device=device,
               kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=512, dtype="float32"))
     eager = LLM(model, **kw)
     assert eager.runner.use_kernel

@@ -24,9 +24,9 @@ def swa_spec(window: int = 64, sink_tokens: int = 0) -> ModelSpec:
 
 
 
-def build(version: str, spec, cfg=None, **kw):
+def build(kvcm_version: str, spec, cfg=None, **kw):
     """A meta-device manager with small defaults (B=4, S=4096)."""
     kw.setdefault("max_batch_size", 4)
     kw.setdefault("max_seq_len", 4096)
     kw.setdefault("device", "meta")
-    return kvcm.create_kv_cache_manager(version, spec, cfg, **kw)
+    return kvcm.create_kv_cache_manager(kvcm_version, spec, cfg, **kw)

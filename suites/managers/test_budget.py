@@ -22,8 +22,8 @@ def _llama():
     return load_model("llama-3-8b")
 
 
-def _estimate(version, free_gib, **kw):
-    return kvcm.build_with_estimation(version, _llama(), KvCacheConfig(), max_batch_size=256, max_seq_len=131072,
+def _estimate(kvcm_version, free_gib, **kw):
+    return kvcm.build_with_estimation(kvcm_version, _llama(), KvCacheConfig(), max_batch_size=256, max_seq_len=131072,
                                       max_num_tokens=8192, device="meta", free_memory_bytes=free_gib * GiB, **kw)
 
 
@@ -41,7 +41,7 @@ def test_ordinary_model_estimation_within_budget(kvcm_version, free_gib, budget,
     assert [g["num_blocks"] for g in e["groups"]] == [blocks]
     names = [c["name"] for c in e["constraints"]]
     assert "longest_decode" not in names
-    if est.manager.version == "v2":
+    if est.manager.kvcm_version == "v2":
         assert e["constraints"] == [{"name": "context", "requests": [{"count": 1, "capacity": 8192, "history": 0}]}]
         # typical step with avg_seq_len = S: (N, 0) + 255 x (S, S - 1)
         assert e["typical_step"] == [{"count": 1, "capacity": 8192, "history": 0},
@@ -164,9 +164,9 @@ def test_failed_resize_returns_false_unchanged(kvcm_version):
      "4096 bytes"),  # one block takes 2 x 64 x 32 = 4096 > 100
     (lambda: build("v2", tiny_spec(), KvCacheConfig()), "free_memory_bytes", None, "required on device 'meta'"),
     (lambda: kvcm.create_kv_cache_manager("v3", tiny_spec(), KvCacheConfig(max_tokens=64), max_batch_size=1,
-                                          max_seq_len=64), "version", "v3", "one of"),
+                                          max_seq_len=64), "kvcm_version", "v3", "one of"),
     (lambda: kvcm.create_kv_cache_manager("v1", V4_SMALL, KvCacheConfig(tokens_per_block=128, max_tokens=1024),
-                                          max_batch_size=1, max_seq_len=64), "version", "v1", "V2-based"),
+                                          max_batch_size=1, max_seq_len=64), "kvcm_version", "v1", "V2-based"),
 ])
 def test_config_errors_name_field_value_limit(make, field, value, limit):
     with pytest.raises(kvcm.ConfigError) as info:

@@ -81,7 +81,7 @@ def test_context_chunks_with_extra_tokens(kvcm_manager_factory, extra):
         mgr.begin_context_chunk("r", start, n, 100)
         caps.append(mgr.get_capacity("r"))
         mgr.end_context_chunk("r", start + n)
-    if mgr.version == "v1":  # the real version ("auto" resolves per model)
+    if mgr.kvcm_version == "v1":  # the real version ("auto" resolves per model)
         assert caps == [100 + extra] * 3  # V1 reserves prompt_len + E at the first chunk
     else:
         assert caps == [40 + extra, 80 + extra, 100 + extra]  # V2: max(capacity, p + n + E) per chunk
@@ -95,7 +95,7 @@ def test_drafts_leave_capacity_plus_one_plus_accepted(kvcm_manager_factory, d, a
     mgr.end_context_chunk("r", 31)
     c = mgr.get_capacity("r")
     mgr.begin_generation("r", num_draft=d)
-    if mgr.version == "v1":  # the real version ("auto" resolves per model)
+    if mgr.kvcm_version == "v1":  # the real version ("auto" resolves per model)
         assert mgr.get_capacity("r") == c + 1 + max(d, 4)  # V1 reserves max(d, max_draft_len)
     else:
         assert mgr.get_capacity("r") == c + 1 + d

@@ -15,11 +15,11 @@ TARGET = kvcm.ModelSpec.uniform(num_layers=32, num_kv_heads=8, head_dim=128)
 DRAFT = kvcm.ModelSpec.uniform(num_layers=4, num_kv_heads=8, head_dim=128)
 
 
-def _managers(cfg, version, free=80 * GiB):
+def _managers(cfg, kvcm_version, free=80 * GiB):
     t_cfg, d_cfg = draft_budget.split_draft_budget(cfg, TARGET, DRAFT, free_memory_bytes=free)
     kw = dict(max_batch_size=64, max_seq_len=4096, max_draft_len=4, device="meta", free_memory_bytes=free)
-    return (kvcm.create_kv_cache_manager(version, TARGET, t_cfg, **kw),
-            kvcm.create_kv_cache_manager(version, DRAFT, d_cfg, **kw))
+    return (kvcm.create_kv_cache_manager(kvcm_version, TARGET, t_cfg, **kw),
+            kvcm.create_kv_cache_manager(kvcm_version, DRAFT, d_cfg, **kw))
 
 
 @pytest.mark.parametrize("cfg", [kvcm.KvCacheConfig(max_gpu_total_bytes=8 * GiB),
@@ -76,6 +76,6 @@ def test_plan_shows_the_split(capsys):
     assert split["target_bytes"] == total * 131072 // (131072 + 114688)
     assert split["target_bytes"] + split["draft_bytes"] == total
     for m in out["managers"]:
-        assert m["final"]["pool_bytes"] + m["draft"]["pool_bytes"] <= total, m["version"]
-    kvcm.cli.main(["plan", "--model", "llama-3-8b", "--draft-model", "qwen3-0.6b", "-D", "4", "--version", "v2"])
+        assert m["final"]["pool_bytes"] + m["draft"]["pool_bytes"] <= total, m["kvcm_version"]
+    kvcm.cli.main(["plan", "--model", "llama-3-8b", "--draft-model", "qwen3-0.6b", "-D", "4", "--kvcm-version", "v2"])
     assert "split by KV bytes per token: target 38.4 GiB, draft 33.6 GiB" in capsys.readouterr().out

@@ -18,20 +18,20 @@ def test_available_tokens_return_a_bound_that_fits(drafts):
     assert m.get_num_available_tokens(token_num_upper_bound=1000, max_num_draft_tokens=drafts) == 1000
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_failed_dummy_batch_leaves_no_dummy(version):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_failed_dummy_batch_leaves_no_dummy(kvcm_version):
     """TensorRT-LLM PR #17162: dummies registered before the one that did not fit must be released too."""
-    m = build(version, tiny_spec(), kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=32 * 8))
+    m = build(kvcm_version, tiny_spec(), kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=32 * 8))
     free = m.get_num_free_blocks()
     assert m.add_dummy_requests(["a", "b", "c"], token_nums=[32, 32, 32 * 7], is_gen=True) is None
     assert m.get_num_free_blocks() == free and m.request_ids == []
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_warmup_dummies_hold_their_draft_slots(version):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_warmup_dummies_hold_their_draft_slots(kvcm_version):
     """vLLM PR #50531: warmup must reserve the lookahead the runtime reserves, so every dummy of a speculative
     shape holds token_num + E + K slots (and the long one ends on the page boundary)."""
-    m = build(version, tiny_spec(), kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=32 * 20), max_seq_len=2048,
+    m = build(kvcm_version, tiny_spec(), kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=32 * 20), max_seq_len=2048,
               max_draft_len=3, num_extra_kv_tokens=1)
     seen = {}
 

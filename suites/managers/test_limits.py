@@ -12,11 +12,11 @@ SPEC = ModelSpec.uniform(2, 2, 8)
 CFG = KvCacheConfig(max_tokens=256, tokens_per_block=16)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_limits_and_keywords_build_the_same_manager(version):
+@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+def test_limits_and_keywords_build_the_same_manager(kvcm_version):
     limits = Limits(max_batch_size=4, max_seq_len=128, max_num_tokens=64, max_draft_len=2, num_extra_kv_tokens=1)
-    by_object = kvcm.create_kv_cache_manager(version, SPEC, CFG, limits)
-    by_keywords = kvcm.create_kv_cache_manager(version, SPEC, CFG, **limits.as_kwargs())
+    by_object = kvcm.create_kv_cache_manager(kvcm_version, SPEC, CFG, limits)
+    by_keywords = kvcm.create_kv_cache_manager(kvcm_version, SPEC, CFG, **limits.as_kwargs())
     assert by_object.limits == by_keywords.limits == limits
     assert by_object.describe() == by_keywords.describe()
     assert (by_object.max_batch_size, by_object.max_seq_len, by_object.max_draft_len) == (4, 128, 2)

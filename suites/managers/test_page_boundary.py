@@ -66,7 +66,7 @@ def test_warmup_on_page_boundary_skips_nothing(kvcm_manager_factory, kvcm_result
                                device="meta")
     report = kvcm.plan_warmup(mgr)
     kvcm_results.record(metric="warmup.skipped_shapes", value=len(report.skipped), passed=report.ok,
-                        kvcm_version=mgr.version, extra=report.as_dict())
+                        kvcm_version=mgr.kvcm_version, extra=report.as_dict())
     assert [(s.batch_size, s.draft_len) for s in report.planned] == [(4, 0), (2, 0), (1, 0)]
     assert report.skipped == [], str(report)
     assert len(report.captured) == 3

@@ -27,7 +27,7 @@ def test_plan_qwen3_defaults(capsys):
     rc, out = _plan(capsys, "--model", "qwen3-0.6b")
     assert rc == 0
     assert (out["max_batch_size"], out["max_seq_len"], out["max_num_tokens"]) == (256, 8192, 8192)
-    assert [m["version"] for m in out["managers"]] == ["v1", "v2"]
+    assert [m["kvcm_version"] for m in out["managers"]] == ["v1", "v2"]
     for m in out["managers"]:
         final = m["final"]
         assert final["budget_bytes"] == 77309411328
@@ -54,8 +54,8 @@ def test_plan_llama3_v2_limits(capsys, tmp_path):
     config = json.loads((Path(kvcm.cli.__file__).parent / "configs" / "llama-3-8b.json").read_text())
     config.update(_name_or_path="meta-llama/Llama-3.1-8B", max_position_embeddings=131072)
     (tmp_path / "config.json").write_text(json.dumps(config))
-    rc, out = _plan(capsys, "--model", str(tmp_path / "config.json"), "--version", "v2", "--free-gib", "40", "-B", "256",
-                    "-S", "131072", "-N", "8192", "-E", "2")
+    rc, out = _plan(capsys, "--model", str(tmp_path / "config.json"), "--kvcm-version", "v2", "--free-gib", "40",
+                    "-B", "256", "-S", "131072", "-N", "8192", "-E", "2")
     assert rc == 0
     (m,) = out["managers"]
     assert [g["num_blocks"] for g in m["final"]["groups"]] == [9216]
@@ -67,7 +67,7 @@ def test_plan_llama3_v2_limits(capsys, tmp_path):
 
 def test_plan_max_tokens_and_text_output(capsys):
     # --max-tokens 1000 on V1: 1000 // 32 = 31 whole blocks (TensorRT-LLM floors), the final budget 31 x 4 MiB
-    rc = kvcm.cli.main(["plan", "--model", "llama-3-8b", "--version", "v1", "--max-tokens", "1000", "-B", "4",
+    rc = kvcm.cli.main(["plan", "--model", "llama-3-8b", "--kvcm-version", "v1", "--max-tokens", "1000", "-B", "4",
                         "-S", "512", "-N", "512"])
     text = capsys.readouterr().out
     assert rc == 0
@@ -83,7 +83,7 @@ def test_plan_text_explains_constraints_and_concurrency_above_b(capsys):
     assert rc == 0
     lines = text.splitlines()
     assert lines[1].startswith("V2: KV cache ") and "4 requests at once (B binds; the pools would hold" in lines[1]
-    assert lines[2].startswith("note: DeepSeek-V4 is planned by V2 only")  # --version both: said, not silent
+    assert lines[2].startswith("note: DeepSeek-V4 is planned by V2 only")  # --kvcm-version both: said, not silent
     # the spec's notation stays, after the words
     assert "1 decode at 1,024 tokens (1,023 cached) + 3 new requests of 1 token   [1x(1024,1023) + 3x(1,0)]" in text
     assert "1 prefill of 1,024 tokens (nothing cached)   [1x(1024,0)]" in text
@@ -91,9 +91,9 @@ def test_plan_text_explains_constraints_and_concurrency_above_b(capsys):
 
 
 def test_plan_v1_on_deepseek_v4_is_an_error_not_v2(capsys):
-    assert kvcm.cli.main(["plan", "--model", "deepseek-v4-flash", "--version", "v1"]) == 2
+    assert kvcm.cli.main(["plan", "--model", "deepseek-v4-flash", "--kvcm-version", "v1"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "--version v1: DeepSeek-V4 is planned by V2 only" in err
+    assert out == "" and "--kvcm-version v1: DeepSeek-V4 is planned by V2 only" in err
 
 
 def test_plan_unknown_model_names_the_choices(capsys):
@@ -115,7 +115,7 @@ def test_plan_subprocess_mistral_json():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    by_version = {m["version"]: m for m in out["managers"]}
+    by_version = {m["kvcm_version"]: m for m in out["managers"]}
     assert sorted(by_version) == ["v1", "v2"]
     for m in by_version.values():
         # Mistral-7B: 131072 bytes a token, one window-4096 group (every layer slides); budget 0.9 x 80 GiB = 72 GiB;

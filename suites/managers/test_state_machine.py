@@ -89,7 +89,7 @@ def snapshot(mgr):
 
 
 def machine(version: str, kind: str):
-    version = make_manager(version, kind).version  # "auto" resolves to the model's version (V1 here)
+    version = make_manager(version, kind).kvcm_version  # "auto" resolves to the model's version (V1 here)
     tpb = V4_TPB if kind == "v4" else TPB
     scale = tpb // TPB  # token counts grow with the page so that pools run out as often
     max_seq_len = MAX_SEQ_LEN * scale

@@ -14,7 +14,7 @@ def test_factory(kvcm_manager_factory):
     import kvcm
     m = kvcm_manager_factory(kvcm.ModelSpec.uniform(2, 2, 8), kvcm.KvCacheConfig(max_tokens=64),
                              max_batch_size=2, max_seq_len=64)
-    assert m.version == kvcm_manager_factory.version
+    assert m.kvcm_version == kvcm_manager_factory.kvcm_version
 
 @pytest.mark.kvcm_versions("v2")
 def test_v2_only(kvcm_version):
@@ -79,8 +79,8 @@ def test_auto_reaches_tests_resolved_and_the_factory_follows_the_model(pytester)
             prefers_v2 = dataclasses.replace(plain, preferred_manager="v2")
             limits = kvcm.Limits(max_batch_size=2, max_seq_len=64)
             cfg = kvcm.KvCacheConfig(max_tokens=64)
-            assert kvcm_manager_factory(plain, cfg, limits).version == "v1"
-            assert kvcm_manager_factory(prefers_v2, cfg, limits).version == "v2"
+            assert kvcm_manager_factory(plain, cfg, limits).kvcm_version == "v1"
+            assert kvcm_manager_factory(prefers_v2, cfg, limits).kvcm_version == "v2"
     """)
     pytester.runpytest_inprocess("--kvcm-version=auto").assert_outcomes(passed=1)
 
@@ -97,3 +97,29 @@ def test_xdist_workers_see_the_same_parametrization(pytester):
     pytester.makepyfile(test_user=TESTS)
     result = pytester.runpytest_subprocess("-n", "2", "--kvcm-version=both")
     result.assert_outcomes(passed=6)
+
+
+def test_a_test_that_parametrizes_kvcm_version_keeps_its_own_list(pytester):
+    """A comparison that needs V1 and V2 whatever the run writes ``parametrize("kvcm_version", ...)``: the
+    plugin leaves it alone (no duplicate parametrization, no narrowing by --kvcm-version)."""
+    pytester.makepyfile(test_pinned="""
+        import pytest
+
+        @pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+        def test_pinned(kvcm_version, kvcm_manager_factory):
+            assert kvcm_manager_factory.kvcm_version == kvcm_version
+
+        @pytest.mark.parametrize("kind, kvcm_version", [("a", "v2")])
+        def test_pinned_pair(kind, kvcm_version):
+            assert kvcm_version == "v2"
+    """)
+    result = pytester.runpytest_inprocess("--kvcm-version=v1", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_pinned[[]v1[]] PASSED*", "*test_pinned[[]v2[]] PASSED*"])
+
+
+def test_factory_version_attribute_is_a_deprecated_spelling():
+    from pytest_kvcm.versions import ManagerFactory
+
+    with pytest.warns(DeprecationWarning, match=r"ManagerFactory: \.version is deprecated; use \.kvcm_version"):
+        assert ManagerFactory("v2").version == "v2"

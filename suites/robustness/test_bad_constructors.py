@@ -17,9 +17,9 @@ SPEC = ModelSpec.uniform(2, 1, 16)
 CFG = KvCacheConfig(max_tokens=1024)
 
 
-def _mgr(version="v2", spec=SPEC, cfg=CFG, **kw):
+def _mgr(kvcm_version="v2", spec=SPEC, cfg=CFG, **kw):
     kw = {"max_batch_size": 4, "max_seq_len": 256, "device": "meta"} | kw
-    return kvcm.create_kv_cache_manager(version, spec, cfg, **kw)
+    return kvcm.create_kv_cache_manager(kvcm_version, spec, cfg, **kw)
 
 
 # (case id, call, field, value, limit fragment)
@@ -64,7 +64,7 @@ CASES = [
     ("manager_device", lambda: _mgr(device="gpu7"), "device", "gpu7", "torch device"),
     ("manager_model_dict", lambda: _mgr(spec={"num_hidden_layers": 2}), "model", "dict", "kvcm.ModelSpec"),
     ("manager_config_dict", lambda: _mgr(cfg={"max_tokens": 64}), "kv_cache_config", "dict", "KvCacheConfig"),
-    ("factory_version", lambda: _mgr("V2"), "version", "V2", "one of"),
+    ("factory_version", lambda: _mgr("V2"), "kvcm_version", "V2", "one of"),
 ]
 
 

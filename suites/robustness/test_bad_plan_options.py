@@ -33,7 +33,7 @@ CASES = [
     ("max_gpu_total_gib_zero", ["--max-gpu-total-gib", "0"], "--max-gpu-total-gib=0.0 is invalid"),
     ("dtype_unknown", ["--dtype", "int4"], "--dtype (dtype)='int4' is invalid: one of"),
     ("model_unknown", ["--model", "nope"], "--model 'nope': is neither a file nor an embedded config"),
-    ("v1_on_deepseek", ["--model", "deepseek-v4-flash", "--version", "v1"], "DeepSeek-V4 is planned by V2 only"),
+    ("v1_on_deepseek", ["--model", "deepseek-v4-flash", "--kvcm-version", "v1"], "DeepSeek-V4 is planned by V2 only"),
 ]
 
 
