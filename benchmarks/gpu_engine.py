@@ -78,12 +78,12 @@ def random_prompts(lengths, seed=0, vocab=256):
 
 
 # ------------------------------------------------------------------------------------------------ engine
-def make_llm(model, tok, version, dtype_name, device, *, max_batch_size, max_seq_len, max_tokens,
+def make_llm(model, tok, kvcm_version, dtype_name, device, *, max_batch_size, max_seq_len, max_tokens,
              cuda_graph=False, max_draft_len=0, batch_sizes=None, tpb=32):
     import kvcm
     from kvcm.engine import LLM
     cfg = kvcm.KvCacheConfig(tokens_per_block=tpb, max_tokens=max_tokens, dtype=dtype_name)
-    return LLM(model, tok, manager_version=version, kv_cache_config=cfg, max_batch_size=max_batch_size,
+    return LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=max_batch_size,
                max_seq_len=max_seq_len, device=device, cuda_graph=cuda_graph, max_draft_len=max_draft_len,
                cuda_graph_batch_sizes=batch_sizes)
 
@@ -126,12 +126,12 @@ def essentials_tiny(device) -> bool:
     for arch in ("llama", "qwen3", "mistral"):
         model, _ = tiny_model(arch, seed=1, device=device)
         ref = hf_tokens(model, prompts, 32, 0)
-        for version in ("v1", "v2"):
+        for kvcm_version in ("v1", "v2"):
             for graph in (False, True):
-                llm = make_llm(model, None, version, "float32", device, max_batch_size=8, max_seq_len=128,
+                llm = make_llm(model, None, kvcm_version, "float32", device, max_batch_size=8, max_seq_len=128,
                                max_tokens=4096, cuda_graph=graph, tpb=8)
                 outs = llm.generate(prompts, params)
-                tag = f"{arch} {version} {'graph' if graph else 'eager'}"
+                tag = f"{arch} {kvcm_version} {'graph' if graph else 'eager'}"
                 if graph:
                     tag += f" ({llm.graphs.num_replays} replays)"
                     ok &= llm.graphs.num_replays > 0
@@ -149,12 +149,12 @@ def essentials_smollm2(model, tok, device, prompts) -> bool:
     ids = [tok(p)["input_ids"] for p in prompts]
     ref = hf_tokens(model, ids, 32, tok.pad_token_id)
     ok = True
-    for version in ("v1", "v2"):
+    for kvcm_version in ("v1", "v2"):
         for graph in (False, True):
-            llm = make_llm(model, tok, version, "float32", device, max_batch_size=16, max_seq_len=512,
+            llm = make_llm(model, tok, kvcm_version, "float32", device, max_batch_size=16, max_seq_len=512,
                            max_tokens=16 * 512, cuda_graph=graph, batch_sizes=[1, 2, 4, 8, 16])
             outs = llm.generate(ids, SamplingParams(max_new_tokens=32, ignore_eos=True))
-            ok &= compare(f"smollm2 {version} {'graph' if graph else 'eager'}", [o.token_ids for o in outs], ref,
+            ok &= compare(f"smollm2 {kvcm_version} {'graph' if graph else 'eager'}", [o.token_ids for o in outs], ref,
                           [o.logits_margins for o in outs])
             llm.close()
             del llm
@@ -174,13 +174,13 @@ def _print_reports(tag, llm, rows, **extra):
 def warmup_reports(model, tok, device, dtype_name, max_batch_size, max_seq_len):
     log(f"== CUDA-graph warmup reports (SmolLM2 {dtype_name}, B={max_batch_size}, S={max_seq_len})")
     rows = []
-    for version in ("v1", "v2"):
+    for kvcm_version in ("v1", "v2"):
         for d in (0, 4):
             t = time.time()
-            llm = make_llm(model, tok, version, dtype_name, device, max_batch_size=max_batch_size,
+            llm = make_llm(model, tok, kvcm_version, dtype_name, device, max_batch_size=max_batch_size,
                            max_seq_len=max_seq_len, max_tokens=max_batch_size * max_seq_len, cuda_graph=True,
                            max_draft_len=d)
-            _print_reports(f"{version} D={d}", llm, rows, version=version, draft=d)
+            _print_reports(f"{kvcm_version} D={d}", llm, rows, kvcm_version=kvcm_version, draft=d)
             log(f"    ({time.time() - t:.1f}s, graphs held: {len(llm.graphs.shapes)} decode shapes, "
                 f"{len(llm.graphs.buckets)} token buckets)")
             llm.close()
@@ -197,13 +197,13 @@ def warmup_reports(model, tok, device, dtype_name, max_batch_size, max_seq_len):
         if inject:
             build_registry()[inject].patch(mp)
         try:
-            for version in ("v1", "v2"):
+            for kvcm_version in ("v1", "v2"):
                 for d in (0, 4):
-                    llm = make_llm(model, tok, version, dtype_name, device, max_batch_size=bsz,
+                    llm = make_llm(model, tok, kvcm_version, dtype_name, device, max_batch_size=bsz,
                                    max_seq_len=max_seq_len, max_tokens=boundary_tokens, cuda_graph=True,
                                    max_draft_len=d, tpb=8)
-                    _print_reports(f"{version} D={d} {inject or 'clean'}", llm, rows, version=version, draft=d,
-                                   boundary=True, injected=inject)
+                    _print_reports(f"{kvcm_version} D={d} {inject or 'clean'}", llm, rows,
+                                   kvcm_version=kvcm_version, draft=d, boundary=True, injected=inject)
                     llm.close()
                     del llm
                     free_cuda()

@@ -37,11 +37,13 @@ def main():
     test, train = rows(root / "test.jsonl"), rows(root / "train.jsonl")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tok = load_smollm2(dtype=torch.float32, device=device)
-    report = {"model": MODEL, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "versions": {}}
+    report = {"model": MODEL, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+              "kvcm_versions": {}}
     results = {}
-    for version in ("v1", "v2"):
-        llm = LLM(model, tok, manager_version=version, kv_cache_config=kvcm.KvCacheConfig(max_tokens=max(args.batch * 1280, 65536)),
-                  max_batch_size=args.batch, max_seq_len=2048, max_num_tokens=8192, device=device)
+    for kvcm_version in ("v1", "v2"):
+        cfg = kvcm.KvCacheConfig(max_tokens=max(args.batch * 1280, 65536))
+        llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=args.batch,
+                  max_seq_len=2048, max_num_tokens=8192, device=device)
         fn = kvcm_generate_fn(llm, tok)
         if device == "cuda":
             torch.cuda.synchronize()
@@ -51,11 +53,11 @@ def main():
             torch.cuda.synchronize()
         wall = time.time() - start
         ntok = sum(len(tok(s.completion, add_special_tokens=False)["input_ids"]) for s in res.samples)
-        results[version] = res
-        report["versions"][version] = {"strict": res.strict, "flexible": res.flexible, "score": res.score,
+        results[kvcm_version] = res
+        report["kvcm_versions"][kvcm_version] = {"strict": res.strict, "flexible": res.flexible, "score": res.score,
                                        "n": res.num_samples, "wall_s": round(wall, 1),
                                        "completion_tokens_per_s": round(ntok / wall, 1)}
-        print(f"{version}: strict {res.strict:.2f} flexible {res.flexible:.2f} n={res.num_samples} "
+        print(f"{kvcm_version}: strict {res.strict:.2f} flexible {res.flexible:.2f} n={res.num_samples} "
               f"wall {wall:.1f}s ~{ntok / wall:.0f} completion tok/s", flush=True)
     same = sum(a.completion == b.completion for a, b in zip(results["v1"].samples, results["v2"].samples))
     report["v1_v2_identical"] = f"{same}/{results['v1'].num_samples}"

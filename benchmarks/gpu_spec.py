@@ -87,12 +87,12 @@ def main(argv=None):
     drafter_model = truncated_drafter(model, args.draft_layers)
     out = {"device": dev, "max_new_tokens": n_new, "exactness": [], "speed": []}
 
-    def build(version, drafter=None, d=0, draft_version=None):
+    def build(kvcm_version, drafter=None, d=0, draft_kvcm_version=None):
         cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=B * max_seq + 4096, dtype="float32")
         kind = None if drafter is None else drafter_model if drafter == "model" else "ngram"
-        llm = LLM(model, tok, manager_version=version, kv_cache_config=cfg, max_batch_size=B, max_seq_len=max_seq,
+        llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=B, max_seq_len=max_seq,
                   device=dev, cuda_graph=dev == "cuda", max_draft_len=d, drafter=kind,
-                  draft_manager_version=draft_version, cuda_graph_token_buckets=args.token_buckets)
+                  draft_kvcm_version=draft_kvcm_version, cuda_graph_token_buckets=args.token_buckets)
         llm.generate(prompts[:2], SamplingParams(max_new_tokens=4))   # first launches, kernel compiles
         return llm
 
@@ -143,9 +143,9 @@ def main(argv=None):
             for r in reps:
                 say(f"   warmup {r['manager']:>6} {r['cache']:>10}: {r['planned']} planned, {r['captured']} captured, "
                     f"{len(r['skipped'])} skipped")
-            out["exactness"].append({"target": tv, "drafter": drafter, "draft_version": dv if drafter == "model"
-                                     else None, "identical": same, "warmup": reps, "stats": st.as_dict(),
-                                     "tok_s": rate})
+            out["exactness"].append({"kvcm_version": tv, "drafter": drafter,
+                                     "draft_kvcm_version": dv if drafter == "model" else None, "identical": same,
+                                     "warmup": reps, "stats": st.as_dict(), "tok_s": rate})
             free(llm)
     say(f"elapsed {time.perf_counter() - t0:.1f} s")
 

@@ -75,10 +75,10 @@ def run(prompts, cont, model16, model32, device, *, kvcm_version="v2") -> dict[s
     from kvcm.engine import LLM
     max_len = max(len(p) + len(c) for p, c in zip(prompts, cont)) + 8
     cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=4 * max_len, dtype="bfloat16")
-    llm16 = LLM(model16, manager_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4, max_seq_len=max_len,
+    llm16 = LLM(model16, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4, max_seq_len=max_len,
                 device=device)
     cfg32 = cfg.replace(dtype="float32")
-    llm32 = LLM(model32, manager_version=kvcm_version, kv_cache_config=cfg32, max_batch_size=4, max_seq_len=max_len,
+    llm32 = LLM(model32, kvcm_version=kvcm_version, kv_cache_config=cfg32, max_batch_size=4, max_seq_len=max_len,
                 device=device)
     runner = llm16.runner
     configs = {"hf": None, "kvcm": {}, "kvcm-no-fused": {"fused": None},

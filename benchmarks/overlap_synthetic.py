@@ -31,7 +31,7 @@ def main() -> int:
                       max_position_embeddings=8192, rms_norm_eps=1e-5)
     model = LlamaForCausalLM(cfg).to(torch.bfloat16).cuda().eval()
     t = time.time()
-    llm = LLM(model, manager_version="v2", kv_cache_config=kvcm.KvCacheConfig(
+    llm = LLM(model, kvcm_version="v2", kv_cache_config=kvcm.KvCacheConfig(
         tokens_per_block=32, free_gpu_memory_fraction=0.5, dtype="bfloat16"), max_batch_size=256, max_seq_len=480,
         max_num_tokens=8192, device="cuda", cuda_graph=True)
     print(f"setup {time.time() - t:.1f}s, {len(llm.graphs.shapes)} decode shapes, buckets {sorted(llm.graphs.buckets)}")

@@ -27,9 +27,10 @@ TPB, S = 32, 131072
 SIZES = {"1M": 1 << 20, "1K": 1 << 10}
 
 
-def make(version: str, num_blocks: int):
-    mgr = kvcm.create_kv_cache_manager(version, ModelSpec.uniform(2, 1, 16), KvCacheConfig(max_tokens=num_blocks * TPB),
-                                       max_batch_size=256, max_seq_len=S, device="meta")
+def make(kvcm_version: str, num_blocks: int):
+    mgr = kvcm.create_kv_cache_manager(kvcm_version, ModelSpec.uniform(2, 1, 16),
+                                       KvCacheConfig(max_tokens=num_blocks * TPB), max_batch_size=256, max_seq_len=S,
+                                       device="meta")
     assert mgr.get_num_free_blocks() == num_blocks
     mgr.begin_context_chunk("filler", 0, num_blocks // 2 * TPB, num_blocks // 2 * TPB)
     return mgr
@@ -56,10 +57,10 @@ def managers():
     return {}
 
 
-def _mgr(managers, version, size):
-    key = (version, size)
+def _mgr(managers, kvcm_version, size):
+    key = (kvcm_version, size)
     if key not in managers:
-        managers[key] = make(version, SIZES[size])
+        managers[key] = make(kvcm_version, SIZES[size])
     return managers[key]
 
 
@@ -69,7 +70,7 @@ def test_get_num_available_tokens(benchmark, managers, kvcm_version, size):
     reset(mgr)
     result = benchmark(available, mgr)
     assert result > 0
-    benchmark.extra_info.update(version=kvcm_version, pool_blocks=SIZES[size])
+    benchmark.extra_info.update(kvcm_version=kvcm_version, pool_blocks=SIZES[size])
 
 
 @pytest.mark.parametrize("size", list(SIZES))
@@ -77,7 +78,7 @@ def test_generation_resize(benchmark, managers, kvcm_version, size):
     mgr = _mgr(managers, kvcm_version, size)
     benchmark.pedantic(step, args=(mgr,), setup=lambda: reset(mgr), rounds=3000, iterations=1, warmup_rounds=50)
     assert mgr.get_capacity("r") == 1024
-    benchmark.extra_info.update(version=kvcm_version, pool_blocks=SIZES[size])
+    benchmark.extra_info.update(kvcm_version=kvcm_version, pool_blocks=SIZES[size])
 
 
 def _per_call(fn, mgr, calls=2000, repeats=7, prepare=None):

@@ -83,7 +83,7 @@ def load_prompts(tok, num: int, gsm8k: str | None) -> tuple[list[list[int]], lis
 class KvcmEngine:
     """A kvcm ``LLM`` built once (graphs captured once) and run on every round."""
 
-    def __init__(self, model, tok, prompts, max_new, batch_size, device, *, version="v2", cuda_graph=False,
+    def __init__(self, model, tok, prompts, max_new, batch_size, device, *, kvcm_version="v2", cuda_graph=False,
                  fraction=0.5, overlap=True):
         import kvcm
         from kvcm.engine import LLM
@@ -96,7 +96,7 @@ class KvcmEngine:
                kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=batch_size * (max_seq + 64), dtype=dtype))
         t = time.perf_counter()
         # chunked prefill of 8192 tokens a step on CUDA; on the CPU whole prompts (the pool is sized to the batch)
-        self.llm = LLM(model, tok, manager_version=version, kv_cache_config=cfg, max_batch_size=batch_size,
+        self.llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=batch_size,
                        max_seq_len=max_seq, max_num_tokens=8192 if self.device.type == "cuda" else None,
                        device=device, cuda_graph=cuda_graph, overlap=overlap)
         self.llm.generate(prompts[:2], self._params(4))
@@ -202,10 +202,10 @@ class HfGenerateBatch:
 def build(name, model, tok, prompts, args):
     common = (model, tok, prompts, args.max_new_tokens, args.batch_size, args.device)
     if name == "kvcm-graph":
-        return KvcmEngine(*common, version=args.kvcm_version, cuda_graph=True, fraction=args.fraction,
+        return KvcmEngine(*common, kvcm_version=args.kvcm_version, cuda_graph=True, fraction=args.fraction,
                           overlap=not args.no_overlap)
     if name == "kvcm-eager":
-        return KvcmEngine(*common, version=args.kvcm_version, fraction=args.fraction, overlap=not args.no_overlap)
+        return KvcmEngine(*common, kvcm_version=args.kvcm_version, fraction=args.fraction, overlap=not args.no_overlap)
     if name == "hf":
         return HfGenerate(*common)
     if name == "cb":
@@ -223,7 +223,7 @@ def reference_section(args, prompts, outs, model, tok) -> dict:
     ref_model = model if args.dtype == "float32" else load_smollm2(dtype=torch.float32, device=args.device)[0]
     eos = set(eos_token_ids(ref_model, tok))
     eng = KvcmEngine(ref_model, tok, prompts, args.max_new_tokens, args.batch_size, args.device,
-                     version=args.kvcm_version, cuda_graph=args.device == "cuda", fraction=args.fraction)
+                     kvcm_version=args.kvcm_version, cuda_graph=args.device == "cuda", fraction=args.fraction)
     sync(args.device)
     t = time.perf_counter()
     ref = eng(prompts)
