@@ -18,7 +18,7 @@ a subprocess, interleaved with this one, and prints both with the change: a befo
 
     python benchmarks/host_step.py                                  # V1 and V2 at batch 256 and 1
     python benchmarks/host_step.py --against /tmp/base --repeat 7
-    python benchmarks/host_step.py --versions v2 --batches 256 --profile 25
+    python benchmarks/host_step.py --kvcm-versions v2 --batches 256 --profile 25
 """
 from __future__ import annotations
 
@@ -64,9 +64,11 @@ def _no_forward() -> None:
 
 
 class Bench:
-    """One engine per (version, batch), built once, as ``throughput.py`` builds its kvcm graph engine."""
+    """One engine per (kvcm_version, batch), built once, as ``throughput.py`` builds its kvcm graph engine."""
 
-    def __init__(self, version: str, batch: int, n2: int):
+    def __init__(self, kvcm_version: str, batch: int, n2: int):
+        import inspect
+
         import torch
         import kvcm
         from kvcm.engine import LLM
@@ -76,7 +78,9 @@ class Bench:
         max_seq = max(len(p) for p in self.prompts) + n2 + 8
         model, _ = tiny_model("llama", seed=0)
         cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=batch * (max_seq + 64), dtype="float32")
-        self.llm = LLM(model, manager_version=version, kv_cache_config=cfg, max_batch_size=batch,
+        # a checkout measured with --against may predate the kvcm_version spelling
+        key = "kvcm_version" if "kvcm_version" in inspect.signature(LLM).parameters else "manager_version"
+        self.llm = LLM(model, **{key: kvcm_version}, kv_cache_config=cfg, max_batch_size=batch,
                        max_seq_len=max_seq, cuda_graph=True, cuda_graph_batch_sizes=sorted({1, batch}))
 
     def seconds(self, n: int) -> float:
@@ -124,7 +128,7 @@ def _sources(src: str):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--versions", nargs="+", default=["v1", "v2"])
+    ap.add_argument("--kvcm-versions", nargs="+", default=["v1", "v2"])
     ap.add_argument("--batches", nargs="+", type=int, default=[256, 1])
     ap.add_argument("--n1", type=int, default=16)
     ap.add_argument("--n2", type=int, default=128)
@@ -137,7 +141,7 @@ def main(argv=None) -> int:
     if args.n2 <= args.n1:
         ap.error(f"--n2={args.n2} must exceed --n1={args.n1}")
     _sources(args.src)
-    configs = [(v, b) for b in args.batches for v in args.versions]
+    configs = [(v, b) for b in args.batches for v in args.kvcm_versions]
     if args.json:   # one repeat of a measurement driven by another invocation
         print(json.dumps(measure(configs, n1=args.n1, n2=args.n2, repeat=args.repeat, profile=args.profile)))
         return 0
@@ -148,7 +152,7 @@ def main(argv=None) -> int:
         for _ in range(args.repeat):
             for name, src in (("against", args.against), ("this", args.src)):
                 cmd = [sys.executable, str(HERE), "--src", src, "--json", "--repeat", "1", "--n1", str(args.n1),
-                       "--n2", str(args.n2), "--versions", *args.versions, "--batches", *map(str, args.batches)]
+                       "--n2", str(args.n2), "--kvcm-versions", *args.kvcm_versions, "--batches", *map(str, args.batches)]
                 one = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                                 env={**os.environ, "PYTHONPATH": src}).stdout)
                 for key, r in one.items():
