@@ -8,9 +8,9 @@ replaced by a constant tensor of the right shape, so every second a step takes i
 
 A decode step's time is ``(time(n2) - time(n1)) / (n2 - n1)``: ``batch`` prompts decode ``n2`` and ``n1`` new
 tokens (EOS ignored), and the difference leaves the prefill out (``step_profile.py`` measures the GPU the same
-way). Runs alternate between the configurations, so a busy shared machine skews every column alike; each figure
-is the fastest of ``--repeat`` runs (what the code costs when nothing else competes for the core), with the
-median beside it.
+way). The clock is the process's CPU time, not the wall: with no device to wait for, the loop is all CPU, and a
+shared machine's other work then costs it cache misses but not the seconds it waited for a core. Runs alternate
+between the configurations; each figure is the fastest of ``--repeat`` runs, with the median beside it.
 
 ``--against DIR`` runs the same measurement on another checkout (e.g. a ``git worktree`` of an older commit) in
 a subprocess, interleaved with this one, and prints both with the change: a before/after from one invocation.
@@ -85,9 +85,9 @@ class Bench:
 
     def seconds(self, n: int) -> float:
         from kvcm.engine import SamplingParams
-        t = time.perf_counter()
+        t = time.process_time()
         outs = self.llm.generate(self.prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))
-        dt = time.perf_counter() - t
+        dt = time.process_time() - t
         assert all(len(o.token_ids) == n for o in outs)
         return dt
 

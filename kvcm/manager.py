@@ -184,6 +184,22 @@ class BaseKVCacheManager:
         """Per layer group, the physical block of each logical block (-1 where a stale block was released)."""
         return [list(b) for b in self._seq(request_id).blocks]
 
+    def block_tables(self, request_ids) -> list[list[list[int]]]:
+        """``block_table`` of each request, for a step's worth of requests in one call. The lists are the
+        manager's own, not copies (an engine reads every running request's table every step, and copying them
+        was a good part of its host time): read them before the next call that changes one of these requests,
+        and never write to them. Where ``block_table`` is replaced (a subclass, or a test putting a defective
+        table in), the tables are read through it, so the replacement is what an engine sees."""
+        if "block_table" in self.__dict__ or type(self).block_table is not BaseKVCacheManager.block_table:
+            return [self.block_table(rid) for rid in request_ids]
+        seqs = self._seqs
+        try:
+            return [seqs[rid].blocks for rid in request_ids]
+        except (KeyError, TypeError):
+            for rid in request_ids:
+                self._seq(rid)           # raises for the first id it does not hold, naming it
+            raise
+
     def num_blocks_held(self, request_id) -> list[int]:
         return [sum(1 for b in blocks if b >= 0) for blocks in self._seq(request_id).blocks]
 

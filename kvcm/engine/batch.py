@@ -78,8 +78,9 @@ class StepBuffers:
         h, n, S, T = self.h, len(items), self.num_seqs, self.num_tokens
         if self._copied is not None:   # an overlapped loop refills while the last copy may still be queued
             self._copied.synchronize()
-        q_lens = np.fromiter((len(it.token_ids) for it in items), np.int64, n)
-        starts = np.fromiter((it.start for it in items), np.int64, n)
+        q_list = [len(it.token_ids) for it in items]
+        q_lens = np.array(q_list, np.int64).reshape(n)
+        starts = np.array([it.start for it in items], np.int64).reshape(n)
         t = int(q_lens.sum())
         if n > S or t > T or (t < T and n == S):
             raise ValueError(f"a step of {n} sequences and {t} tokens does not fit buffers of {S} rows and "
@@ -137,7 +138,7 @@ class StepBuffers:
         k = sum(wanted)
         if k > self.num_logits:
             raise ValueError(f"{k} logit rows asked, the buffers return {self.num_logits}")
-        if all(w == 1 for w in wanted):
+        if wanted.count(1) == n:
             lr[:n] = qs[1:n + 1] - 1
         else:
             r = 0
@@ -152,9 +153,11 @@ class StepBuffers:
                 self._copied.record()
         uniform = 0
         if n:
-            q0 = int(q_lens[0])
-            while uniform < n and items[uniform].decode and q_lens[uniform] == q0:
+            q0 = q_list[0]
+            if q_list.count(q0) == n and all(it.decode for it in items):   # a decode step: every row alike
+                uniform = n
+            while uniform < n and items[uniform].decode and q_list[uniform] == q0:
                 uniform += 1
             if uniform == n and pad_q_len == q0:
                 uniform = S
-        return Filled(uniform, int(q_lens[0]) if n else (pad_q_len or 1))
+        return Filled(uniform, q0 if n else (pad_q_len or 1))

@@ -76,7 +76,8 @@ class ModelRunner:
 
     # ---- metadata --------------------------------------------------------------------------------------------
     def tables(self, items: list[StepItem]) -> list[list[list[int]]]:
-        return [self.mgr.block_table(it.request_id) for it in items]
+        """Each item's block table (per layer group), read-only: the fill copies what it needs at once."""
+        return self.mgr.block_tables([it.request_id for it in items])
 
     def fill(self, buf: StepBuffers, items: list[StepItem], tables=None, **pad) -> AttentionContext:
         """Write a step into ``buf``; returns the attention context over ``buf``'s device tensors."""

@@ -282,7 +282,7 @@ class Scheduler:
         self._release(seq)
 
     def _at_length_limit(self, seq: Sequence, pos: int) -> bool:
-        return pos + 1 >= seq.params.max_new_tokens or len(seq.prompt_token_ids) + pos + 1 >= self.max_seq_len
+        return pos + 1 >= seq.params.max_new_tokens or len(seq.prompt_token_ids) + pos + 1 >= self.limits.max_seq_len
 
     def _check_stop(self, seq: Sequence, pos: int) -> bool:
         """Whether output ``pos`` (the newest resolved one) stops ``seq``; sets its finish reason."""
@@ -296,7 +296,7 @@ class Scheduler:
             seq.finish_reason = "stop_string"
         elif pos + 1 >= p.max_new_tokens:
             seq.finish_reason = "length"
-        elif len(seq.prompt_token_ids) + pos + 1 >= self.max_seq_len:
+        elif len(seq.prompt_token_ids) + pos + 1 >= self.limits.max_seq_len:
             seq.finish_reason = "max_seq_len"
         return seq.finish_reason is not None
 
