@@ -39,21 +39,38 @@ class NgramPool:
         self.max_draft_len, self.max_n = max_draft_len, max_matching_ngram_size
         self.is_keep_all, self.is_use_oldest = is_keep_all, is_use_oldest
         self.matches: dict[tuple[int, ...], dict[tuple[int, ...], None]] = {}
+        # the matches shorter than max_draft_len of each pattern (cut short by the end of a text): the only
+        # ones a new match can drop, so adding one costs what they number, not what the pattern's matches do
+        # (a public pool gives a common token thousands)
+        self.short: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
 
     def __len__(self) -> int:
         return len(self.matches)
 
     def clear(self) -> None:
         self.matches.clear()
+        self.short.clear()
 
     def add(self, pattern: tuple[int, ...], match: tuple[int, ...]) -> None:
         known = self.matches.get(pattern)
         if known is None or (not self.is_keep_all and len(match) > len(next(iter(known)))):
             self.matches[pattern] = {match: None}
+            self.short.pop(pattern, None)
         elif match not in known:
-            for shorter in [m for m in known if len(m) < len(match)]:
-                del known[shorter]
+            short = self.short.get(pattern)
+            if short:
+                keep = []
+                for m in short:
+                    if len(m) < len(match):
+                        del known[m]
+                    else:
+                        keep.append(m)
+                short[:] = keep
             known[match] = None
+        else:
+            return
+        if len(match) < self.max_draft_len:
+            self.short.setdefault(pattern, []).append(match)
 
     def learn(self, tail: list[int], max_size: int) -> None:
         """Every pattern of ``max_size .. 1`` tokens in ``tail`` with the (up to ``max_draft_len``) tokens

@@ -120,3 +120,26 @@ def test_engine_pool_outlives_a_request(public):
         assert warm > 3.0 and warm > cold + 1.0, (cold, warm)
     else:
         assert warm == cold
+
+
+def _reference_add(pool: dict, pattern, match, keep_all: bool) -> None:
+    """The pool rule written plainly: scan every match of the pattern (what the indexed pool avoids)."""
+    known = pool.get(pattern)
+    if known is None or (not keep_all and len(match) > len(known[0])):
+        pool[pattern] = [match]
+    elif match not in known:
+        known[:] = [m for m in known if len(m) >= len(match)] + [match]
+
+
+@pytest.mark.parametrize("keep_all", [True, False])
+def test_indexed_pool_equals_the_plain_rule(keep_all):
+    import random
+    rng = random.Random(3)
+    pool, ref = NgramPool(3, 2, is_keep_all=keep_all), {}
+    for _ in range(200):
+        tail = [rng.randint(0, 5) for _ in range(rng.randint(2, 9))]
+        pool.learn(tail, 2)
+        for size in (2, 1):
+            for i in range(len(tail) - size):
+                _reference_add(ref, tuple(tail[i:i + size]), tuple(tail[i + size:i + size + 3]), keep_all)
+    assert {p: list(m) for p, m in pool.matches.items()} == ref
