@@ -1,17 +1,24 @@
 """Speculative decoding on the GPU: SmolLM2-135M fp32 on GSM8K questions (chat template), CUDA graphs on.
 
-1. Exactness: speculative decoding (D = 4) with each drafter (prompt-lookup n-grams; a draft model, the target's
+1. ``exactness``: speculative decoding (D = 4) with each drafter (the n-gram pool; a draft model, the target's
    first ``--draft-layers`` layers with its own cache) on V1 and V2 targets gives exactly the tokens of plain
    graph decoding of the same target on ``--num-prompts`` prompts; the warmup reports of both caches
    (estimation and final: planned, captured, skipped) are printed.
-2. Speed, in one run: plain graph decode vs speculative (graphs) for each drafter and D in {1, 2, 4}, at batch
-   1, 8 and 64 (tokens/s, the ratio to plain, mean acceptance length and acceptance per draft position, and
-   parity against plain decoding at that batch).
+2. ``batch1``: the n-gram drafter at batch 1, where speculation has to pay: ``--batch1-prompts`` GSM8K prompts
+   run one after another through batch 1, plain graph decode against each n-gram configuration (TensorRT-LLM's
+   defaults: a public pool, the oldest match; the public pool with the newest match; a per-request pool) for
+   each D in ``--batch1-drafts``: tok/s, the ratio to plain, acceptance length overall and per draft position,
+   parity against plain. Every timed run starts from an empty pool (the pool learns only from that run's
+   prompts and outputs). Then the step's anatomy: the GPU time of one replay of the plain ``(1, 1)`` and the
+   verification ``(1, 1 + D)`` graphs (back to back), the wall time of a speculative step, and the difference,
+   the host work not hidden behind the GPU.
+3. ``speed``: plain graph decode vs speculative (graphs) for each drafter and D in ``--drafts``, at each of
+   ``--batches`` (tokens/s, ratio, acceptance, parity against plain decoding at that batch).
 
     KVCM_SMOLLM2_GGUF=... KVCM_GSM8K_DIR=... python benchmarks/gpu_spec.py [--json out.json]
+    python benchmarks/gpu_spec.py --only batch1            # the n-gram at batch 1 alone (~2-3 minutes on an H200)
 
-Also runs on the CPU (``--device cpu --num-prompts 4 --max-new-tokens 8 --batches 1 2 --drafts 2``) as a smoke
-run of the script.
+Also runs on the CPU as a smoke run (``--device cpu --only batch1 --batch1-prompts 2 --max-new-tokens 16``).
 """
 
 from __future__ import annotations
@@ -46,21 +53,74 @@ def _strict(plain, spec, prompts, tok, tolerance):
     return False, f"FAIL ({kind})\n      " + strict.format().replace("\n", "\n      ")
 
 
+#: n-gram configurations of the batch-1 section: (public pool, oldest match); the first is TensorRT-LLM's default
+NGRAM_CONFIGS = {"pool-oldest": (True, True), "pool-newest": (True, False), "private-newest": (False, False),
+                 "private-oldest": (False, True)}
+
+
+def batch1(args, build, timed, free, prompts, tok, rows) -> bool:
+    """The n-gram drafter at batch 1: plain graph decode, then each configuration and D on one engine per D
+    (the drafter swapped between configurations, the graphs kept). Returns whether every run was exact."""
+    from kvcm.engine.ngram import NgramDrafter
+    from step_profile import graph_gpu_ms
+    cuda = args.device == "cuda"
+    plain_llm = build("v2", batch=1)
+    plain, plain_rate = timed(plain_llm, prompts, 1)
+    plain_gpu = graph_gpu_ms(plain_llm.graphs.shapes[(1, 1)]) if cuda else None
+    plain_step = 1e3 * sum(len(o.token_ids) for o in plain) / plain_rate / sum(len(o.token_ids) for o in plain)
+    free(plain_llm)
+    gpu = f", GPU {plain_gpu:.2f} ms a (1, 1) graph replay" if plain_gpu is not None else ""
+    say(f"BATCH1 {len(prompts)} prompts one after another: plain graph decode {plain_rate:8.1f} tok/s "
+        f"({plain_step:.2f} ms a token{gpu})")
+    rows.append({"config": "plain", "tok_s": plain_rate, "gpu_ms": plain_gpu})
+    ok = True
+    for d in args.batch1_drafts:
+        llm = build("v2", NgramDrafter(d), d, batch=1)
+        verify_gpu = graph_gpu_ms(llm.graphs.shapes[(1, 1 + d)]) if cuda else None
+        for name in args.ngram:
+            public, oldest = NGRAM_CONFIGS[name]
+            llm.drafter = NgramDrafter(d, is_public_pool=public, is_use_oldest=oldest)
+            outs, rate = timed(llm, prompts, 1)
+            same, line = _strict(plain, outs, prompts, tok, args.tolerance)
+            ok &= same
+            st = llm.spec_stats
+            ntok = sum(len(o.token_ids) for o in outs)
+            step_ms = 1e3 * ntok / rate / (st.steps + len(prompts))      # verifications + one prefill each
+            by_pos = ", ".join(f"{p:.2f}" for p in st.acceptance_by_position)
+            anatomy = (f"; a step {step_ms:.2f} ms = GPU {verify_gpu:.2f} + {step_ms - verify_gpu:.2f} not hidden"
+                       if verify_gpu is not None else f"; a step {step_ms:.2f} ms")
+            say(f"BATCH1 {name:>14} D={d}: {rate:8.1f} tok/s = {rate / plain_rate:5.2f}x plain; acceptance length "
+                f"{st.mean_acceptance_length:.2f}, by position [{by_pos}]; {llm.drafter.num_proposed} drafts from "
+                f"the pool{anatomy}; parity {line}")
+            rows.append({"config": f"{name}-D{d}", "tok_s": rate, "vs_plain": rate / plain_rate, "identical": same,
+                         "stats": st.as_dict(), "step_ms": step_ms, "verify_gpu_ms": verify_gpu})
+        free(llm)
+    return ok
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--num-prompts", type=int, default=64, help="prompts of the exactness runs (batch 64)")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
-    ap.add_argument("--drafts", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--prompts-per-slot", type=int, default=2, help="speed runs: batch x this many prompts (>= 4)")
-    ap.add_argument("--draft-layers", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=2, help="timed runs of each configuration (median)")
-    ap.add_argument("--tolerance", type=float, default=1e-3, help="logit margin below which a flip is a near tie")
-    ap.add_argument("--gsm8k", default=os.environ.get("KVCM_GSM8K_DIR"))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="cuda (graphs captured) or cpu (a smoke run); default: cuda when there is one")
+    ap.add_argument("--num-prompts", type=int, default=64, help="exactness: prompts, run as one batch (default 64)")
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens generated per prompt (default 128)")
+    ap.add_argument("--batch1-prompts", type=int, default=16, help="batch1: GSM8K prompts run one after another (default 16)")
+    ap.add_argument("--batch1-drafts", type=int, nargs="+", default=[1, 2, 4, 8], help="batch1: draft lengths D (default 1 2 4 8)")
+    ap.add_argument("--ngram", nargs="+", choices=list(NGRAM_CONFIGS), default=list(NGRAM_CONFIGS),
+                    help="batch1: n-gram configurations, public or private pool, oldest or newest match (default all; "
+                         "pool-oldest is TensorRT-LLM's default)")
+    ap.add_argument("--batches", type=int, nargs="+", default=[8, 64], help="speed: batch sizes (default 8 64)")
+    ap.add_argument("--drafts", type=int, nargs="+", default=[1, 2, 4], help="speed: draft lengths D, both drafters (default 1 2 4)")
+    ap.add_argument("--prompts-per-slot", type=int, default=2, help="speed: batch x this many prompts, at least 4 (default 2)")
+    ap.add_argument("--draft-layers", type=int, default=20, help="layers of the target kept as the draft model (default 20)")
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs of each configuration, the median reported (default 2)")
+    ap.add_argument("--tolerance", type=float, default=1e-3, help="logit margin below which a flip is a near tie (default 1e-3)")
+    ap.add_argument("--gsm8k", default=os.environ.get("KVCM_GSM8K_DIR"),
+                    help="GSM8K directory or test .jsonl (default $KVCM_GSM8K_DIR; else built-in prompts)")
     ap.add_argument("--token-buckets", type=int, nargs="*", default=None,
                     help="graphs for mixed steps (default: the engine's, 16 .. 8192)")
-    ap.add_argument("--only", choices=["exactness", "speed"], default=None, help="run one section")
+    ap.add_argument("--only", choices=["exactness", "batch1", "speed"], nargs="+", default=None,
+                    help="run only these sections (default: all three)")
     ap.add_argument("--json", default=None, help="write every figure to this file")
     args = ap.parse_args(argv)
 
@@ -74,23 +134,26 @@ def main(argv=None):
     say(f"device {dev} ({torch.cuda.get_device_name() if dev == 'cuda' else 'cpu'}), torch {torch.__version__}")
     model, tok = load_smollm2(dtype=torch.float32, device=dev)
     n_new = args.max_new_tokens
-    if args.only == "exactness":
+    only = set(args.only or ["exactness", "batch1", "speed"])
+    if "speed" not in only:
         args.batches = []
-    exact_n = 0 if args.only == "speed" else args.num_prompts
-    need = max([exact_n] + [max(4, b * args.prompts_per_slot) for b in args.batches])
+    exact_n = args.num_prompts if "exactness" in only else 0
+    b1_n = args.batch1_prompts if "batch1" in only else 0
+    need = max([exact_n, b1_n] + [max(4, b * args.prompts_per_slot) for b in args.batches])
     prompts, _ = load_prompts(tok, need, args.gsm8k)
     max_seq = max(map(len, prompts)) + n_new + 8
-    B = max(args.batches + [min(exact_n, 64)])
+    B = max(args.batches + [min(exact_n, 64), 1])
     say(f"{len(prompts)} prompts ({'GSM8K' if args.gsm8k else 'built-in'}), mean {sum(map(len, prompts)) / len(prompts):.0f}"
         f" tokens, {n_new} new tokens, max_seq_len {max_seq}, graphs for batch <= {B}")
     params = SamplingParams(max_new_tokens=n_new)
     drafter_model = truncated_drafter(model, args.draft_layers)
-    out = {"device": dev, "max_new_tokens": n_new, "exactness": [], "speed": []}
+    out = {"device": dev, "max_new_tokens": n_new, "exactness": [], "batch1": [], "speed": []}
 
-    def build(kvcm_version, drafter=None, d=0, draft_kvcm_version=None):
-        cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=B * max_seq + 4096, dtype="float32")
-        kind = None if drafter is None else drafter_model if drafter == "model" else "ngram"
-        llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=B, max_seq_len=max_seq,
+    def build(kvcm_version, drafter=None, d=0, draft_kvcm_version=None, batch=None):
+        b = batch or B
+        cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=b * max_seq + 4096, dtype="float32")
+        kind = None if drafter is None else drafter_model if drafter == "model" else drafter
+        llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=b, max_seq_len=max_seq,
                   device=dev, cuda_graph=dev == "cuda", max_draft_len=d, drafter=kind,
                   draft_kvcm_version=draft_kvcm_version, cuda_graph_token_buckets=args.token_buckets)
         llm.generate(prompts[:2], SamplingParams(max_new_tokens=4))   # first launches, kernel compiles
@@ -100,6 +163,8 @@ def main(argv=None):
         llm.limits = llm.limits.replace(max_batch_size=batch)   # graphs were captured for every batch up to B
         times, outs = [], None
         for _ in range(args.repeats):
+            if hasattr(llm.drafter, "clear"):
+                llm.drafter.clear()      # a cold pool: nothing learned from an earlier run of the same prompts
             sync(dev)
             t = time.perf_counter()
             outs = llm.generate(ps, params)
@@ -124,12 +189,12 @@ def main(argv=None):
     # ---- 1. exactness: D = 4, both drafters, V1 and V2 targets, against plain graph decoding ----------------
     ok = True
     ex_prompts = prompts[:args.num_prompts]
-    for tv, dv in (("v1", "v2"), ("v2", "v1")) if args.only != "speed" else ():
+    for tv, dv in (("v1", "v2"), ("v2", "v1")) if exact_n else ():
         plain_llm = build(tv)
         plain, _ = timed(plain_llm, ex_prompts, min(len(ex_prompts), B))
         free(plain_llm)
         for drafter in ("ngram", "model"):
-            llm = build(tv, drafter, 4, dv)
+            llm = build(tv, drafter if drafter == "model" else "ngram", 4, dv)
             spec, rate = timed(llm, ex_prompts, min(len(ex_prompts), B))
             same, line = _strict(plain, spec, ex_prompts, tok, args.tolerance)
             ok &= same
@@ -149,7 +214,12 @@ def main(argv=None):
             free(llm)
     say(f"elapsed {time.perf_counter() - t0:.1f} s")
 
-    # ---- 2. speed: plain graph decode vs speculative, each drafter and D, batch 1 / 8 / 64 --------------------
+    # ---- 2. batch 1: the n-gram pool's configurations, D, and the step's anatomy ------------------------------
+    if b1_n:
+        ok &= batch1(args, build, timed, free, prompts[:b1_n], tok, out["batch1"])
+        say(f"elapsed {time.perf_counter() - t0:.1f} s")
+
+    # ---- 3. speed: plain graph decode vs speculative, each drafter and D, at each batch ----------------------
     sets = {b: prompts[:max(4, b * args.prompts_per_slot)] for b in args.batches}
     plain_llm = build("v2") if args.batches else None
     plain = {b: timed(plain_llm, sets[b], b) for b in args.batches}
