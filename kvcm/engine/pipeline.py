@@ -24,7 +24,18 @@ length limit is known without the token, so it is applied at commit, as before.
 
 Speculative decoding (``max_draft_len > 0``) takes several logit rows per sequence; it is not overlapped: the
 drafter proposes after *schedule* (``Scheduler.draft``), and *commit* and *complete* are one
-``Scheduler.verify``, since how many tokens a step keeps is known only from its tokens.
+``Scheduler.verify``, since how many tokens a step keeps is known only from its tokens, and the next step's
+drafts are learned from them. Its host work between reading a step's tokens and launching the next (verify,
+schedule, draft, fill) is therefore added to every step (``benchmarks/spec_host.py`` measures it).
+
+A step whose drafter has nothing to propose could in principle run as an ordinary, overlapped decode. It does
+not: overlapping means launching the step after it before this one's token is read, i.e. before the drafter
+could propose for it, so every switch back to drafting would drain the pipeline, a serial step's host work
+each time; with TensorRT-LLM's public n-gram pool such steps are rare anyway (a one-token pattern seen in any
+earlier text is a proposal; on 16 GSM8K prompts at batch 1, 12-14% of steps had none, most of them in the
+first request), and a ``(1, 1 + D)`` verification launches the same kernels as a ``(1, 1)`` decode (the
+batch-1 section of ``benchmarks/gpu_spec.py`` prints both graphs' GPU time). So such a step verifies padding
+and keeps the target's own token, exactly what a plain step would give.
 """
 from __future__ import annotations
 
@@ -99,7 +110,8 @@ class StepPipeline:
         else:
             packed = sampler.greedy_packed(runner.run(items))
             k = packed.shape[1]
-        runner.publish(packed, k)
+        if self.overlap:      # only an overlapped step's successor carries placeholders for these tokens
+            runner.publish(packed, k)
         if self.cuda:
             host = self._host[self._turn][:2 * k].view(2, k)
             self._turn ^= 1
