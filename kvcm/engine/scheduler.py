@@ -121,15 +121,16 @@ class Scheduler:
         seqs: list[Sequence] = []
         items: list[StepItem] = []
         scheduled: set = set()
-        begin_generation, max_batch_size = self.mgr.begin_generation, self.max_batch_size
-        # the loop every step runs once per running sequence: properties are read inline
+        # the loop every step runs once per running sequence: properties and constants are read inline
+        begin_generation, max_batch_size, drafter = self.mgr.begin_generation, self.max_batch_size, self.drafter
+        running = Status.RUNNING
         for seq in list(self.running):
             if len(seqs) >= max_batch_size or budget < 1:
                 break
-            if seq.num_computed < seq.prefill_len or seq.status is not Status.RUNNING:   # prefilling; preempted
-                continue                                                               # by an earlier grow
+            if seq.num_computed < seq.prefill_len or seq.status is not running:   # prefilling; preempted by an
+                continue                                                        # earlier grow in this loop
             rid = seq.request_id
-            if self.drafter is not None:
+            if drafter is not None:
                 k = min(self.num_draft, self.max_seq_len - seq.num_tokens)
                 if budget < 1 + k or not self._grow(seq, self._decode_grow(seq, k), scheduled):
                     continue
