@@ -75,10 +75,14 @@ class NgramPool:
     def learn(self, tail: list[int], max_size: int) -> None:
         """Every pattern of ``max_size .. 1`` tokens in ``tail`` with the (up to ``max_draft_len``) tokens
         after it inside ``tail``."""
-        d, n = self.max_draft_len, len(tail)
+        d, n, add, matches = self.max_draft_len, len(tail), self.add, self.matches
+        t = tuple(tail)
         for size in range(max_size, 0, -1):
             for i in range(n - size):
-                self.add(tuple(tail[i:i + size]), tuple(tail[i + size:i + size + d]))
+                pattern, match = t[i:i + size], t[i + size:i + size + d]
+                known = matches.get(pattern)
+                if known is None or match not in known:     # else adding it changes nothing (most of a rescan)
+                    add(pattern, match)
 
     def lookup(self, tail: list[int], max_size: int, limit: int) -> list[int]:
         """The match of the longest known pattern ending ``tail`` (``max_size`` tokens at most), at most
