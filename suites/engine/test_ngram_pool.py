@@ -143,3 +143,20 @@ def test_indexed_pool_equals_the_plain_rule(keep_all):
             for i in range(len(tail) - size):
                 _reference_add(ref, tuple(tail[i:i + size]), tuple(tail[i + size:i + size + 3]), keep_all)
     assert {p: list(m) for p, m in pool.matches.items()} == ref
+
+
+@pytest.mark.parametrize("public,oldest", [(True, True), (True, False), (False, True), (False, False)])
+def test_every_configuration_gives_plain_greedy_tokens(public, oldest, greedy_parity):
+    """Requests that share phrases, so the pool proposes (often cut short and padded) from other requests' text;
+    a small token budget chunks prefills beside verifications. Tokens are exactly plain greedy decoding's."""
+    from kvcm.models import hf_generate
+    from pytest_kvcm.parity import compare_outputs
+    model = tiny_model("llama", num_hidden_layers=2)[0]
+    a, b, c = random_prompts(9, [6, 9, 5])
+    prompts = [a + b, b + c + a, c + a + b + c, a]
+    ref = hf_generate(model, prompts, 20, eos_token_id=[])
+    llm = LLM(model, max_draft_len=3, drafter=NgramDrafter(3, is_public_pool=public, is_use_oldest=oldest),
+              max_batch_size=3, max_seq_len=128, max_num_tokens=16)
+    outs = llm.generate(prompts, SamplingParams(max_new_tokens=20, ignore_eos=True))
+    greedy_parity.check(compare_outputs(ref, outs, prompts, names=("hf", "ngram")), model="tiny-llama-2l")
+    assert llm.drafter.num_proposed > 0 and not llm.manager.request_ids
