@@ -6,18 +6,18 @@ That work does not need the GPU to be measured: here the real engine runs (``LLM
 or V2 manager, the static decode steps and their buffers, the overlapped pipeline) with the model's forward
 replaced by a constant tensor of the right shape, so every second a step takes is host work.
 
-A decode step's time is ``(time(n2) - time(n1)) / (n2 - n1)``: ``batch`` prompts decode ``n2`` and ``n1`` new
-tokens (EOS ignored), and the difference leaves the prefill out (``step_profile.py`` measures the GPU the same
-way). The clock is the process's CPU time, not the wall: with no device to wait for, the loop is all CPU, and a
-shared machine's other work then costs it cache misses but not the seconds it waited for a core. Runs alternate
-between the configurations; each figure is the fastest of ``--repeat`` runs, with the median beside it.
+A decode step's time is the interval between two step launches (``StepPipeline._launch``) while ``batch``
+prompts decode ``--new-tokens`` tokens each (EOS ignored): one step's schedule, fill, launch and commit and the
+previous step's completion. The first and last ``--skip`` steps (prefill, the batch finishing) are left out. A
+shared machine's other work lands on some intervals, not all, so the figures are the median and the 10th
+percentile of every steady interval of ``--repeat`` runs; runs alternate between the configurations.
 
 ``--against DIR`` runs the same measurement on another checkout (e.g. a ``git worktree`` of an older commit) in
 a subprocess, interleaved with this one, and prints both with the change: a before/after from one invocation.
-``--profile N`` prints the ``N`` costliest functions (cProfile, own time) of one ``n2`` run per configuration.
+``--profile N`` prints the ``N`` costliest functions (cProfile, own time) of one run per configuration.
 
     python benchmarks/host_step.py                                  # V1 and V2 at batch 256 and 1
-    python benchmarks/host_step.py --against /tmp/base --repeat 7
+    python benchmarks/host_step.py --against /tmp/base --repeat 3
     python benchmarks/host_step.py --kvcm-versions v2 --batches 256 --profile 25
 """
 from __future__ import annotations
@@ -83,25 +83,41 @@ class Bench:
         self.llm = LLM(model, **{key: kvcm_version}, kv_cache_config=cfg, max_batch_size=batch,
                        max_seq_len=max_seq, cuda_graph=True, cuda_graph_batch_sizes=sorted({1, batch}))
 
-    def seconds(self, n: int) -> float:
+    def step_us(self, n: int, skip: int) -> list[float]:
+        """Each steady decode step's host time, µs, over one ``generate`` of ``n`` new tokens."""
         from kvcm.engine import SamplingParams
-        t = time.process_time()
+        _STARTS.clear()
         outs = self.llm.generate(self.prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))
-        dt = time.process_time() - t
         assert all(len(o.token_ids) == n for o in outs)
-        return dt
+        gaps = [(b - a) * 1e6 for a, b in zip(_STARTS, _STARTS[1:])]
+        return gaps[skip:len(gaps) - skip]
 
 
-def measure(configs, *, n1: int, n2: int, repeat: int, profile: int = 0) -> dict:
+_STARTS: list[float] = []
+
+
+def _time_launches() -> None:
+    """Note when each step starts: the pipeline launches once per step."""
+    from kvcm.engine.pipeline import StepPipeline
+    launch = StepPipeline._launch
+
+    def timed(self, scheduler):
+        _STARTS.append(time.perf_counter())
+        return launch(self, scheduler)
+    StepPipeline._launch = timed
+
+
+def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 0) -> dict:
     _no_forward()
-    benches = {key: Bench(*key, n2) for key in configs}
+    _time_launches()
+    benches = {key: Bench(*key, new_tokens) for key in configs}
     for b in benches.values():
-        b.seconds(n1)     # warm
+        b.step_us(2 * skip + 4, skip)     # warm
     samples = {key: [] for key in configs}
     for _ in range(repeat):
         for key, b in benches.items():
-            samples[key].append((b.seconds(n2) - b.seconds(n1)) / (n2 - n1) * 1e6)
-    out = {f"{v}/{bs}": {"runs": s} for (v, bs), s in samples.items()}
+            samples[key] += b.step_us(new_tokens, skip)
+    out = {f"{v}/{bs}": {"steps": s} for (v, bs), s in samples.items()}
     if profile:
         import cProfile
         import io
@@ -109,7 +125,7 @@ def measure(configs, *, n1: int, n2: int, repeat: int, profile: int = 0) -> dict
         for (v, bs), b in benches.items():
             prof = cProfile.Profile()
             prof.enable()
-            b.seconds(n2)
+            b.step_us(new_tokens, skip)
             prof.disable()
             text = io.StringIO()
             pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(profile)
@@ -117,8 +133,12 @@ def measure(configs, *, n1: int, n2: int, repeat: int, profile: int = 0) -> dict
     return out
 
 
-def _figure(runs: list[float]) -> str:
-    return f"{min(runs):6.0f} ({statistics.median(runs):6.0f})"
+def _p10(steps: list[float]) -> float:
+    return statistics.quantiles(steps, n=10)[0]
+
+
+def _figure(steps: list[float]) -> str:
+    return f"{statistics.median(steps):6.0f} ({_p10(steps):6.0f})"
 
 
 def _sources(src: str):
@@ -130,42 +150,46 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kvcm-versions", nargs="+", default=["v1", "v2"])
     ap.add_argument("--batches", nargs="+", type=int, default=[256, 1])
-    ap.add_argument("--n1", type=int, default=16)
-    ap.add_argument("--n2", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--skip", type=int, default=8, help="steps left out at each end of a run (default: 8)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--against", metavar="DIR", help="another checkout to measure beside this one")
     ap.add_argument("--src", default=str(HERE.parents[1]), help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.n2 <= args.n1:
-        ap.error(f"--n2={args.n2} must exceed --n1={args.n1}")
+    if args.new_tokens < 2 * args.skip + 4:
+        ap.error(f"--new-tokens={args.new_tokens} leaves no steady steps after --skip={args.skip} at each end")
     _sources(args.src)
     configs = [(v, b) for b in args.batches for v in args.kvcm_versions]
     if args.json:   # one repeat of a measurement driven by another invocation
-        print(json.dumps(measure(configs, n1=args.n1, n2=args.n2, repeat=args.repeat, profile=args.profile)))
+        print(json.dumps(measure(configs, new_tokens=args.new_tokens, skip=args.skip, repeat=args.repeat,
+                                 profile=args.profile)))
         return 0
     if args.against is None:
-        res = {"this": measure(configs, n1=args.n1, n2=args.n2, repeat=args.repeat, profile=args.profile)}
+        res = {"this": measure(configs, new_tokens=args.new_tokens, skip=args.skip, repeat=args.repeat,
+                               profile=args.profile)}
     else:   # alternate the two checkouts run by run, each in its own process
         res = {"this": {}, "against": {}}
         for _ in range(args.repeat):
             for name, src in (("against", args.against), ("this", args.src)):
-                cmd = [sys.executable, str(HERE), "--src", src, "--json", "--repeat", "1", "--n1", str(args.n1),
-                       "--n2", str(args.n2), "--kvcm-versions", *args.kvcm_versions, "--batches", *map(str, args.batches)]
+                cmd = [sys.executable, str(HERE), "--src", src, "--json", "--repeat", "1", "--new-tokens",
+                       str(args.new_tokens), "--skip", str(args.skip), "--kvcm-versions", *args.kvcm_versions,
+                       "--batches", *map(str, args.batches)]
                 one = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                                 env={**os.environ, "PYTHONPATH": src}).stdout)
                 for key, r in one.items():
-                    res[name].setdefault(key, []).extend(r["runs"])
-        res = {name: {k: {"runs": s} for k, s in r.items()} for name, r in res.items()}
-    print(f"host work per decode step, µs: fastest (median) of {args.repeat} runs, {args.n2} vs {args.n1} new tokens")
+                    res[name].setdefault(key, {"steps": []})["steps"] += r["steps"]
+    print(f"host work per decode step, µs: median (10th percentile) of every steady step of {args.repeat} runs of "
+          f"{args.new_tokens} new tokens")
     for key in res["this"]:
-        this = res["this"][key]["runs"]
+        this = res["this"][key]["steps"]
         line = f"  {key:>8}: {_figure(this)}"
         if "against" in res:
-            before = res["against"][key]["runs"]
-            line = (f"  {key:>8}: {_figure(before)} -> {_figure(this)}   {100 * (min(this) / min(before) - 1):+.0f}% "
-                    f"({100 * (statistics.median(this) / statistics.median(before) - 1):+.0f}%)")
+            before = res["against"][key]["steps"]
+            line = (f"  {key:>8}: {_figure(before)} -> {_figure(this)}   "
+                    f"{100 * (statistics.median(this) / statistics.median(before) - 1):+.0f}% "
+                    f"({100 * (_p10(this) / _p10(before) - 1):+.0f}%)")
         print(line)
         if "profile" in res["this"][key]:
             print(res["this"][key]["profile"])

@@ -88,7 +88,7 @@ class StepBuffers:
         qs = h["query_start"]
         qs[0] = 0
         np.cumsum(q_lens, out=qs[1:n + 1])
-        h["input_ids"][:t] = np.fromiter(itertools.chain.from_iterable(it.token_ids for it in items), np.int64, t)
+        h["input_ids"][:t] = list(itertools.chain.from_iterable([it.token_ids for it in items]))
         h["input_ids"][t:] = 0
         seq_lens = h["seq_lens"]
         seq_lens[:n] = starts + q_lens
@@ -111,12 +111,15 @@ class StepBuffers:
         need = ceil_div(seq_lens[:n], tpb)
         rows = np.repeat(np.arange(n), need)
         cols = np.arange(rows.size) - np.repeat(np.cumsum(need) - need, need)
+        need_list = need.tolist()
         for g in range(self.num_groups):
             bt = h[f"block_table{g}"]
             bt.fill(-1)
+            lists = [tab[g] for tab in tables]
+            if [len(blocks) for blocks in lists] != need_list:   # some table holds more than the step reads
+                lists = [blocks[:k] for blocks, k in zip(lists, need_list)]
             try:
-                bt[rows, cols] = np.fromiter(itertools.chain.from_iterable(
-                    tab[g][:k] for tab, k in zip(tables, need.tolist())), np.int64, rows.size)
+                bt[rows, cols] = np.fromiter(itertools.chain.from_iterable(lists), np.int64, rows.size)
             except ValueError:   # a table shorter than the KV length it must cover
                 i = next(i for i, tab in enumerate(tables) if len(tab[g]) < need[i])
                 raise RuntimeError(f"request {items[i].request_id!r}: layer group {g} holds {len(tables[i][g])} "
