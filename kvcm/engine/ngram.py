@@ -132,11 +132,13 @@ class NgramDrafter:
         return pool
 
     def clear(self) -> None:
-        """Forget everything learned (a benchmark's cold start; the engine itself never clears a public pool)."""
+        """Forget everything learned, and the count of proposals (a benchmark's cold start; the engine itself
+        never clears a public pool)."""
         if self.public is not None:
             self.public.clear()
         self.private.clear()
         self.start_index.clear()
+        self.num_proposed = 0
 
     def propose(self, request_id, prompt: list[int], output: list[int], limit: int) -> list[int]:
         """Learn the request's new tokens (``prompt + output`` from its start index), then up to ``limit``
