@@ -43,10 +43,11 @@ def replay(drafter, prompts: list[list[int]], outputs: list[list[int]], max_new_
             j = len(seq.output_token_ids)
             item = StepItem(seq.request_id, [out[j - 1]] + [0] * k, seq.num_tokens - 1, decode=True, num_logits=1 + k)
             drafter.draft([seq], [item])
+            used = item.num_logits - 1           # 0: nothing proposed, a plain decode
             a = 0
-            while a < k and j + a < len(out) and item.token_ids[1 + a] == out[j + a]:
+            while a < used and j + a < len(out) and item.token_ids[1 + a] == out[j + a]:
                 a += 1
-            drafter.stats.record(k, a)
+            drafter.stats.record(used, a)
             seq.output_token_ids = out[:j + a + 1]
         seq.status = Status.FINISHED
         drafter.free(seq)

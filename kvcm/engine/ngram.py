@@ -101,7 +101,8 @@ class NgramDrafter:
 
     A proposal shorter than the verification's ``k`` drafts (or none) is padded with its last token (the
     sequence's last token when empty): the step keeps its shape ``(bs, 1 + D)``, the padding is merely
-    rejected. :attr:`num_proposed` counts the drafts that came from the pool."""
+    rejected; a step where no sequence has a proposal runs as a plain decode. :attr:`num_proposed` counts the
+    drafts that came from the pool."""
 
     manager = None
     runner = None
@@ -156,8 +157,13 @@ class NgramDrafter:
         return pool.lookup(tail, max_size, limit)
 
     def draft(self, seqs, items: list[StepItem]) -> None:
+        """Fill in each verification's drafts. When the pool proposes nothing for any sequence of a step made of
+        decodes only, the step becomes a plain decode (``(bs, 1)``, its own graph): there is nothing to verify,
+        and the reserved draft slots are rewound like rejected ones (``Scheduler.verify``)."""
+        proposed, decodes_only = False, True
         for seq, it in zip(seqs, items):
             k = it.num_logits - 1
+            decodes_only &= it.decode
             if not it.decode or k <= 0:
                 continue
             out = seq.output_token_ids
@@ -165,8 +171,13 @@ class NgramDrafter:
             limit = min(k, seq.params.max_new_tokens - len(out) - 1)
             got = self.propose(seq.request_id, seq.prompt_token_ids, out, limit)
             self.num_proposed += len(got)
+            proposed |= bool(got)
             pad = got[-1] if got else seq.last_token
             it.token_ids[1:] = got + [pad] * (k - len(got))
+        if decodes_only and not proposed:
+            for it in items:
+                del it.token_ids[1:]
+                it.num_logits = 1
 
     # the capacity hooks a drafter with its own cache needs; the pool keeps no KV
     def begin_chunk(self, seq, start: int, n: int) -> None: ...

@@ -28,14 +28,12 @@ drafter proposes after *schedule* (``Scheduler.draft``), and *commit* and *compl
 drafts are learned from them. Its host work between reading a step's tokens and launching the next (verify,
 schedule, draft, fill) is therefore added to every step (``benchmarks/spec_host.py`` measures it).
 
-A step whose drafter has nothing to propose could in principle run as an ordinary, overlapped decode. It does
-not: overlapping means launching the step after it before this one's token is read, i.e. before the drafter
-could propose for it, so every switch back to drafting would drain the pipeline, a serial step's host work
-each time; with TensorRT-LLM's public n-gram pool such steps are rare anyway (a one-token pattern seen in any
-earlier text is a proposal; on 16 GSM8K prompts at batch 1, 12-14% of steps had none, most of them in the
-first request), and a ``(1, 1 + D)`` verification launches the same kernels as a ``(1, 1)`` decode (the
-batch-1 section of ``benchmarks/gpu_spec.py`` prints both graphs' GPU time). So such a step verifies padding
-and keeps the target's own token, exactly what a plain step would give.
+A step in which the drafter has nothing to propose runs as a plain ``(bs, 1)`` decode (``NgramDrafter.draft``),
+but still serially. Overlapping it would mean launching the step after it before its token is read, that is
+before the drafter could propose for that step, so every return to drafting would drain the pipeline (a serial
+step's host work each time); and with TensorRT-LLM's public n-gram pool such steps are few (any one-token pattern
+seen in earlier text is a proposal: on 16 GSM8K prompts at batch 1, 12-14% of steps had none, most of them in
+the first request).
 """
 from __future__ import annotations
 

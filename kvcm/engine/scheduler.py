@@ -20,7 +20,8 @@ becomes a *verification* of the pending token and ``D`` drafts (``begin_generati
 logits), the drafter mirrors every capacity call on its own cache (a grow that fails on either cache preempts,
 as above), :meth:`Scheduler.draft` fills the drafts in before the forward, and :meth:`Scheduler.verify` keeps
 the longest prefix of drafts equal to the target's greedy choices plus the target's next token, rewinding the
-rejected slots (``end_generation(num_accepted=a)``). How many tokens a step yields is known only from its
+rejected slots (``end_generation(num_accepted=a)``; where the drafter proposed nothing for a whole step, its
+items are plain decodes and every reserved slot is rewound). How many tokens a step yields is known only from its
 tokens, so these steps are not overlapped. The output is exactly plain greedy decoding.
 """
 from __future__ import annotations
@@ -245,13 +246,14 @@ class Scheduler:
             want, wmargins = tokens[r:r + item.num_logits], margins[r:r + item.num_logits]
             r += item.num_logits
             if item.decode:
-                k = item.num_logits - 1
+                k = item.num_logits - 1          # drafts verified: the slots reserved, or none (nothing proposed)
                 a = 0
                 while a < k and item.token_ids[1 + a] == want[a]:
                     a += 1
                 length = seq.num_tokens
-                self.mgr.end_generation(rid, length + a + 1, num_draft=k, num_accepted=a)
-                if k:
+                reserved = min(self.num_draft, self.max_seq_len - length)      # as schedule() reserved them
+                self.mgr.end_generation(rid, length + a + 1, num_draft=reserved, num_accepted=a)
+                if reserved:
                     self.drafter.end_decode(seq, length, a)
                     self.drafter.stats.record(k, a)
                 seq.num_computed = length + a

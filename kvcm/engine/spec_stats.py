@@ -41,7 +41,8 @@ class SpecStats:
 
     @property
     def acceptance_by_position(self) -> list[float]:
-        """Fraction of steps whose draft ``i`` was accepted (every earlier one was too, by construction)."""
+        """Of the steps that verified a draft ``i``, the fraction that accepted it (every earlier one was too, by
+        construction). A step with no drafts (the n-gram pool had none) counts in the acceptance length only."""
         return [a / p if p else 0.0 for a, p in zip(self.accepted_at, self.proposed_at)]
 
     def as_dict(self) -> dict:

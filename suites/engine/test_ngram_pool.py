@@ -160,3 +160,23 @@ def test_every_configuration_gives_plain_greedy_tokens(public, oldest, greedy_pa
     outs = llm.generate(prompts, SamplingParams(max_new_tokens=20, ignore_eos=True))
     greedy_parity.check(compare_outputs(ref, outs, prompts, names=("hf", "ngram")), model="tiny-llama-2l")
     assert llm.drafter.num_proposed > 0 and not llm.manager.request_ids
+
+
+def _verification(seq, k):
+    from kvcm.engine.runner import StepItem
+    return StepItem(seq.request_id, [seq.last_token] + [0] * k, seq.num_tokens - 1, decode=True, num_logits=1 + k)
+
+
+def test_a_step_without_proposals_is_a_plain_decode():
+    d = NgramDrafter(3)
+    fresh = Sequence([11, 12, 13], SamplingParams())
+    item = _verification(fresh, 3)
+    d.draft([fresh], [item])
+    assert (item.token_ids, item.num_logits) == ([13], 1)
+    # one sequence with a proposal keeps the whole step's shape: the other is padded
+    known = Sequence([5, 6, 7, 5, 6], SamplingParams())
+    other = Sequence([21, 22], SamplingParams())
+    items = [_verification(known, 3), _verification(other, 3)]
+    d.draft([known, other], items)
+    assert [it.token_ids for it in items] == [[6, 7, 5, 6], [22, 22, 22, 22]]
+    assert [it.num_logits for it in items] == [4, 4]

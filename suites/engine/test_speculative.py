@@ -81,7 +81,9 @@ def test_ngram_drafter_gives_target_tokens(target, kvcm_version, d, greedy_parit
     ref = hf_generate(target, ps, NEW_TOKENS, eos_token_id=[])
     llm = spec(target, "ngram", d, kvcm_version)
     _check(greedy_parity, ref, llm.generate(ps, PARAMS), ps, ("target", f"ngram_d{d}"))
-    assert llm.spec_stats.steps > 0 and llm.spec_stats.proposed == llm.spec_stats.steps * d
+    st = llm.spec_stats
+    # each step verifies d drafts (padded), or none where the pool had nothing (a plain decode)
+    assert st.steps > 0 and st.proposed % d == 0 and 0 < st.proposed <= st.steps * d, st.as_dict()
     _all_pages_back(llm)
 
 
