@@ -180,3 +180,14 @@ def test_a_step_without_proposals_is_a_plain_decode():
     d.draft([known, other], items)
     assert [it.token_ids for it in items] == [[6, 7, 5, 6], [22, 22, 22, 22]]
     assert [it.num_logits for it in items] == [4, 4]
+
+
+def test_a_plain_step_gives_back_the_slots_reserved_for_drafts():
+    """A step the pool had nothing for verifies no drafts but had ``D`` slots reserved: they are rewound like
+    rejected drafts, so capacity stays ``D + 1`` ahead of history (kept, they would pile up step after step)."""
+    model = tiny_model("llama", num_hidden_layers=2)[0]
+    llm = LLM(model, max_draft_len=3, drafter="ngram", trace=True, max_batch_size=1, max_seq_len=128)
+    llm.generate(random_prompts(11, [20]), SamplingParams(max_new_tokens=40, ignore_eos=True))
+    decodes = [r for r in llm.trace if r.phase == "decode"]
+    assert {r.num_new_tokens for r in decodes} == {1, 4}, "meant to have steps with and without proposals"
+    assert {r.capacity - r.history for r in decodes} == {1 + 3}
