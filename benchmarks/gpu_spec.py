@@ -65,6 +65,29 @@ def _graph_ms(llm, q_len: int) -> float | None:
     return graph_gpu_ms(static) if static is not None and static.graph is not None else None
 
 
+def linear_us(model, rows: list[int], reps: int = 200) -> dict:
+    """GPU time of the model's own fp32 linears (one layer's q, gate and down projections, and the LM head) on
+    ``m`` rows, in microseconds: a verification of ``D`` drafts multiplies ``1 + D`` rows where a decode
+    multiplies one, and small-``m`` matrix products need not cost what a matrix-vector product does."""
+    layer = model.model.layers[0]
+    mods = {"q": layer.self_attn.q_proj, "gate": layer.mlp.gate_proj, "down": layer.mlp.down_proj,
+            "lm_head": model.get_output_embeddings()}
+    out = {}
+    with torch.inference_mode():
+        for name, mod in mods.items():
+            for m in rows:
+                x = torch.randn(m, mod.in_features, device=mod.weight.device, dtype=mod.weight.dtype)
+                mod(x)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(reps):
+                    mod(x)
+                end.record()
+                end.synchronize()
+                out[f"{name}/{m}"] = start.elapsed_time(end) / reps * 1e3
+    return out
+
+
 def batch1(args, build, timed, free, prompts, tok, rows) -> bool:
     """The n-gram drafter at batch 1: plain graph decode, then each configuration and D on one engine per D
     (the drafter swapped between configurations, the graphs kept). Returns whether every run was exact."""
@@ -79,6 +102,12 @@ def batch1(args, build, timed, free, prompts, tok, rows) -> bool:
     say(f"BATCH1 {len(prompts)} prompts one after another: plain graph decode {plain_rate:8.1f} tok/s "
         f"({plain_step:.2f} ms a token{gpu})")
     rows.append({"config": "plain", "tok_s": plain_rate, "gpu_ms": plain_gpu})
+    if cuda:
+        ms = [1] + [1 + d for d in args.batch1_drafts]
+        lin = linear_us(plain_llm.model, ms)
+        for name in ("q", "gate", "down", "lm_head"):
+            say(f"BATCH1 fp32 linear {name:>7}, µs at " + ", ".join(f"{m} rows {lin[f'{name}/{m}']:.1f}" for m in ms))
+        rows.append({"config": "linear_us", **lin})
     ok = True
     for d in args.batch1_drafts:
         llm = build("v2", NgramDrafter(d), d, batch=1)
