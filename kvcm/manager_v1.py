@@ -78,7 +78,10 @@ class KVCacheManagerV1(BaseKVCacheManager):
 
     def begin_generation(self, request_id, num_draft: int = 0) -> None:
         """Reserve ``1 + max(num_draft, K)`` tokens, K = ``max_draft_len`` (draft slots V1 always reserves)."""
-        seq = self._seq(request_id)
+        try:                                  # per request per step: the lookup without a call
+            seq = self._seqs[request_id]
+        except (KeyError, TypeError):
+            seq = self._seq(request_id)       # which raises, naming the id
         if type(num_draft) is not int or num_draft < 0:
             num_draft = validation.count("num_draft", num_draft)
         reserve = max(num_draft, self.limits.max_draft_len)
@@ -91,7 +94,10 @@ class KVCacheManagerV1(BaseKVCacheManager):
 
     def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
         """Rewind the reserved draft slots that were not accepted; history = ``num_tokens - 1``."""
-        seq = self._seq(request_id)
+        try:                                  # per request per step: the lookup without a call
+            seq = self._seqs[request_id]
+        except (KeyError, TypeError):
+            seq = self._seq(request_id)       # which raises, naming the id
         if not (type(num_draft) is int and type(num_accepted) is int and 0 <= num_accepted <= num_draft):
             num_draft = validation.count("num_draft", num_draft)
             num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")

@@ -158,7 +158,10 @@ class KVCacheManagerV2(BaseKVCacheManager):
         """A generation step with d draft slots: ``resize(capacity + 1 + d)``."""
         if type(num_draft) is not int or num_draft < 0:
             num_draft = validation.count("num_draft", num_draft)
-        seq = self._seq(request_id)
+        try:                                  # per request per step: the lookup without a call
+            seq = self._seqs[request_id]
+        except (KeyError, TypeError):
+            seq = self._seq(request_id)       # which raises, naming the id
         capacity = seq.capacity + 1 + num_draft
         if capacity <= len(seq.blocks[0]) * self.tokens_per_block:
             # within the blocks it holds (every group holds ceil(capacity / tpb)): what resize would do, minus
@@ -176,7 +179,10 @@ class KVCacheManagerV2(BaseKVCacheManager):
             num_tokens = validation.count("num_tokens", num_tokens, 1)
             num_draft = validation.count("num_draft", num_draft)
             num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
-        seq = self._seq(request_id)
+        try:                                  # per request per step: the lookup without a call
+            seq = self._seqs[request_id]
+        except (KeyError, TypeError):
+            seq = self._seq(request_id)       # which raises, naming the id
         capacity, history = seq.capacity - max(num_draft - num_accepted, 0), num_tokens - 1
         if seq.history <= history <= capacity and capacity > (len(seq.blocks[0]) - 1) * self.tokens_per_block \
                 and self._windowed is None:
