@@ -1,4 +1,11 @@
-"""Speculative decoding on the GPU: SmolLM2-135M fp32 on GSM8K questions (chat template), CUDA graphs on.
+"""Speculative decoding on the GPU: SmolLM2-135M on GSM8K questions (chat template), CUDA graphs on.
+
+``--dtype`` (default float32) sets the model's and the cache's dtype. Exactness is an fp32 claim: there every
+section must give plain decoding's tokens exactly. In bfloat16 the products of ``1 + D`` rows round differently
+from those of one row, so a verification may flip a near tie; a run passes there when every difference is a tie
+within ``--tolerance`` (default 1e-3 in float32, 0.1 in bfloat16, about bf16's mean logit error from fp32,
+``benchmarks/kernel_drift.py``). Speed is worth measuring in bfloat16 too: cuBLAS multiplies a few fp32 rows
+much more slowly than one (the ``linear`` lines of ``batch1`` show it), bf16 rows at the cost of one.
 
 1. ``exactness``: speculative decoding (D = 4) with each drafter (the n-gram pool; a draft model, the target's
    first ``--draft-layers`` layers with its own cache) on V1 and V2 targets gives exactly the tokens of plain
@@ -42,14 +49,18 @@ def say(*a):
     print(*a, flush=True)
 
 
-def _strict(plain, spec, prompts, tok, tolerance):
-    """(identical, report line): strict parity, and how many differences are near ties (margin < tolerance)."""
+def _strict(plain, spec, prompts, tok, tolerance, exact=True):
+    """(passed, report line): strict parity, and whether the differences are near ties (margin < tolerance);
+    ``exact=False`` (bfloat16) passes a run whose every difference is a near tie."""
     from pytest_kvcm.parity import compare_outputs
     strict = compare_outputs(plain, spec, prompts, names=("plain", "spec"), tokenizer=tok)
     if strict.passed:
         return True, "PASS"
     tied = compare_outputs(plain, spec, prompts, names=("plain", "spec"), tokenizer=tok, margin_tolerance=tolerance)
     kind = "only near ties" if tied.passed else "real divergence"
+    if tied.passed and not exact:
+        return True, (f"PASS within near ties: {tied.num_prompts - len(tied.mismatches)}/{tied.num_prompts} "
+                      f"identical, {len(tied.near_ties)} differ first at a margin < {tolerance:g}")
     return False, f"FAIL ({kind})\n      " + strict.format().replace("\n", "\n      ")
 
 
@@ -107,7 +118,7 @@ def batch1(args, build, timed, free, prompts, tok, rows) -> bool:
         ms = [1] + [1 + d for d in args.batch1_drafts]
         lin = linear_us(plain_llm.model, ms)
         for name in ("q", "gate", "down", "lm_head"):
-            say(f"BATCH1 fp32 linear {name:>7}, µs at " + ", ".join(f"{m} rows {lin[f'{name}/{m}']:.1f}" for m in ms))
+            say(f"BATCH1 {args.dtype} linear {name:>7}, µs at " + ", ".join(f"{m} rows {lin[f'{name}/{m}']:.1f}" for m in ms))
         rows.append({"config": "linear_us", **lin})
     ok = True
     for d in args.batch1_drafts:
@@ -117,7 +128,7 @@ def batch1(args, build, timed, free, prompts, tok, rows) -> bool:
             public, oldest = NGRAM_CONFIGS[name]
             llm.drafter = NgramDrafter(d, is_public_pool=public, is_use_oldest=oldest)
             outs, rate = timed(llm, prompts, 1)
-            same, line = _strict(plain, outs, prompts, tok, args.tolerance)
+            same, line = _strict(plain, outs, prompts, tok, args.tolerance, args.dtype == "float32")
             ok &= same
             st = llm.spec_stats
             ntok = sum(len(o.token_ids) for o in outs)
@@ -150,7 +161,10 @@ def main(argv=None):
     ap.add_argument("--prompts-per-slot", type=int, default=2, help="speed: batch x this many prompts, at least 4 (default 2)")
     ap.add_argument("--draft-layers", type=int, default=20, help="layers of the target kept as the draft model (default 20)")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs of each configuration, the median reported (default 2)")
-    ap.add_argument("--tolerance", type=float, default=1e-3, help="logit margin below which a flip is a near tie (default 1e-3)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="model and KV cache dtype (default float32, where every section must be exact)")
+    ap.add_argument("--tolerance", type=float, default=None,
+                    help="logit margin below which a flip is a near tie (default 1e-3 in float32, 0.1 in bfloat16)")
     ap.add_argument("--gsm8k", default=os.environ.get("KVCM_GSM8K_DIR"),
                     help="GSM8K directory or test .jsonl (default $KVCM_GSM8K_DIR; else built-in prompts)")
     ap.add_argument("--token-buckets", type=int, nargs="*", default=None,
@@ -159,6 +173,8 @@ def main(argv=None):
                     help="run only these sections (default: all three)")
     ap.add_argument("--json", default=None, help="write every figure to this file")
     args = ap.parse_args(argv)
+    if args.tolerance is None:
+        args.tolerance = 1e-3 if args.dtype == "float32" else 0.1
 
     import kvcm
     from kvcm.engine import LLM, SamplingParams
@@ -168,7 +184,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     dev = args.device
     say(f"device {dev} ({torch.cuda.get_device_name() if dev == 'cuda' else 'cpu'}), torch {torch.__version__}")
-    model, tok = load_smollm2(dtype=torch.float32, device=dev)
+    model, tok = load_smollm2(dtype=getattr(torch, args.dtype), device=dev)
     n_new = args.max_new_tokens
     only = set(args.only or ["exactness", "batch1", "speed"])
     if "speed" not in only:
@@ -183,11 +199,11 @@ def main(argv=None):
         f" tokens, {n_new} new tokens, max_seq_len {max_seq}, graphs for batch <= {B}")
     params = SamplingParams(max_new_tokens=n_new)
     drafter_model = truncated_drafter(model, args.draft_layers)
-    out = {"device": dev, "max_new_tokens": n_new, "exactness": [], "batch1": [], "speed": []}
+    out = {"device": dev, "dtype": args.dtype, "max_new_tokens": n_new, "exactness": [], "batch1": [], "speed": []}
 
     def build(kvcm_version, drafter=None, d=0, draft_kvcm_version=None, batch=None):
         b = batch or B
-        cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=b * max_seq + 4096, dtype="float32")
+        cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=b * max_seq + 4096, dtype=args.dtype)
         kind = None if drafter is None else drafter_model if drafter == "model" else drafter
         llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=b, max_seq_len=max_seq,
                   device=dev, cuda_graph=dev == "cuda", max_draft_len=d, drafter=kind,
@@ -232,7 +248,7 @@ def main(argv=None):
         for drafter in ("ngram", "model"):
             llm = build(tv, drafter if drafter == "model" else "ngram", 4, dv)
             spec, rate = timed(llm, ex_prompts, min(len(ex_prompts), B))
-            same, line = _strict(plain, spec, ex_prompts, tok, args.tolerance)
+            same, line = _strict(plain, spec, ex_prompts, tok, args.tolerance, args.dtype == "float32")
             ok &= same
             reps = reports(llm)
             skipped = sum(len(r["skipped"]) for r in reps)
@@ -269,7 +285,7 @@ def main(argv=None):
             llm = build("v2", drafter, d, "v2")
             for b in args.batches:
                 outs, rate = timed(llm, sets[b], b)
-                same, line = _strict(plain[b][0], outs, sets[b], tok, args.tolerance)
+                same, line = _strict(plain[b][0], outs, sets[b], tok, args.tolerance, args.dtype == "float32")
                 ok &= same
                 st = llm.spec_stats
                 by_pos = ", ".join(f"{p:.2f}" for p in st.acceptance_by_position)
