@@ -29,9 +29,10 @@ from ..units import ceil_div
 @dataclass
 class Filled:
     """What the host keeps of a fill: the leading rows that share one query length (the torch reference
-    attends to those in one batch)."""
+    attends to those in one batch), and how many logit rows are real."""
     num_uniform: int
     uniform_q_len: int
+    num_logits: int = 0
 
 
 class StepBuffers:
@@ -163,4 +164,4 @@ class StepBuffers:
                 uniform += 1
             if uniform == n and pad_q_len == q0:
                 uniform = S
-        return Filled(uniform, q0 if n else (pad_q_len or 1))
+        return Filled(uniform, q0 if n else (pad_q_len or 1), k)

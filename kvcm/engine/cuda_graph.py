@@ -84,12 +84,12 @@ class StaticStep:
         if items and not checked and not self.fits(StepShape.of(items)):
             raise ValueError(f"a step of {len(items)} items does not fit the static step of {self.buf.num_seqs} "
                              f"rows and {self.buf.num_tokens} tokens (query length {self.q_len})")
-        ctx = self.runner.fill(self.buf, items, pad_tables=self.pad_tables, pad_q_len=self.q_len)
+        filled = self.runner.fill_buffers(self.buf, items, pad_tables=self.pad_tables, pad_q_len=self.q_len)
         if self.ctx is None:
-            self.ctx = ctx
+            self.ctx = self.runner.context(self.buf, filled)
         else:   # the captured context: same tensors; the host-side row split is refreshed for the torch path
-            self.ctx.num_uniform, self.ctx.uniform_q_len, self.ctx.cache = ctx.num_uniform, ctx.uniform_q_len, {}
-        return sum(it.num_logits for it in items)
+            self.ctx.num_uniform, self.ctx.uniform_q_len, self.ctx.cache = filled.num_uniform, filled.uniform_q_len, {}
+        return filled.num_logits
 
     def forward(self) -> torch.Tensor:
         """The graph-safe forward and greedy choice: [2, R] (``sampler.greedy_packed`` of every logit row)."""

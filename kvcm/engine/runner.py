@@ -81,11 +81,14 @@ class ModelRunner:
 
     def fill(self, buf: StepBuffers, items: list[StepItem], tables=None, **pad) -> AttentionContext:
         """Write a step into ``buf``; returns the attention context over ``buf``'s device tensors."""
+        return self.context(buf, self.fill_buffers(buf, items, tables, **pad))
+
+    def fill_buffers(self, buf: StepBuffers, items: list[StepItem], tables=None, **pad) -> Filled:
+        """Write a step into ``buf`` (a static step keeps the context it made at its first fill)."""
         decode = [it.decode for it in items]
         if True in decode[decode.count(True):]:    # a decode after the leading ones
             raise ValueError("decode items must come before prefill items")
-        filled = buf.fill(items, self.tables(items) if tables is None else tables, tpb=self.tpb, **pad)
-        return self.context(buf, filled)
+        return buf.fill(items, self.tables(items) if tables is None else tables, tpb=self.tpb, **pad)
 
     def context(self, buf: StepBuffers, filled: Filled) -> AttentionContext:
         d = buf.d
