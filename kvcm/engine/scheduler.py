@@ -148,9 +148,12 @@ class Scheduler:
                     continue
             scheduled.add(rid)
             seqs.append(seq)
-            out = seq.output_token_ids
-            items.append(StepItem(rid, [out[-1] if out else seq.prompt_token_ids[-1]],
-                                  len(seq.prompt_token_ids) + len(out) - 1, True))
+            out, item = seq.output_token_ids, seq.decode_item
+            if item is None:
+                item = seq.decode_item = StepItem(rid, [0], 0, True)
+            item.token_ids[0] = out[-1] if out else seq.prompt_token_ids[-1]
+            item.start = len(seq.prompt_token_ids) + len(out) - 1
+            items.append(item)
             budget -= 1
         # chunks of sequences part way through their prefill, then new ones
         prefills = [] if len(seqs) >= max_batch_size or budget < 1 else \

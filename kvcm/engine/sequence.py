@@ -47,6 +47,9 @@ class Sequence:
     finish_reason: str | None = None    # "eos", "stop_token", "stop_string", "length", "max_seq_len"
     stop_string: str | None = None
     num_preemptions: int = 0
+    # the scheduler's decode item for this sequence, rewritten each step rather than made anew (256 a step at
+    # batch 256): a step's items are read while it is launched and committed, never after
+    decode_item: object = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.prefill_len = len(self.prompt_token_ids)
