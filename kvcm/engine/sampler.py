@@ -19,8 +19,11 @@ def greedy_packed(logits: torch.Tensor) -> torch.Tensor:
 
 
 def unpack(packed: torch.Tensor, n: int) -> tuple[list[int], list[float]]:
-    tokens, margins = packed[:, :n].tolist()
-    return [int(t) for t in tokens], margins
+    """Tokens and margins of the first ``n`` rows as Python lists: one copy to the host where ``packed`` is on
+    the device, then the ids converted by torch rather than by int() row by row."""
+    if packed.device.type != "cpu":
+        packed = packed[:, :n].cpu()
+    return packed[0, :n].long().tolist(), packed[1, :n].tolist()
 
 
 def greedy(logits: torch.Tensor) -> tuple[list[int], list[float]]:
