@@ -84,7 +84,8 @@ class KVCacheManagerV1(BaseKVCacheManager):
             seq = self._seq(request_id)       # which raises, naming the id
         if type(num_draft) is not int or num_draft < 0:
             num_draft = validation.count("num_draft", num_draft)
-        reserve = max(num_draft, self.limits.max_draft_len)
+        k = self.limits.max_draft_len
+        reserve = num_draft if num_draft > k else k       # max(num_draft, K)
         tokens = seq.capacity + 1 + reserve
         if tokens <= len(seq.blocks[0]) * self.tokens_per_block:
             seq.capacity = tokens     # within the blocks it holds (ceil(capacity / tpb) in every pool)
@@ -101,7 +102,8 @@ class KVCacheManagerV1(BaseKVCacheManager):
         if not (type(num_draft) is int and type(num_accepted) is int and 0 <= num_accepted <= num_draft):
             num_draft = validation.count("num_draft", num_draft)
             num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
-        capacity = seq.capacity - max(seq.reserved_draft - num_accepted, 0)
+        rejected = seq.reserved_draft - num_accepted
+        capacity = seq.capacity - rejected if rejected > 0 else seq.capacity
         if not (type(num_tokens) is int and seq.history < num_tokens <= capacity + 1):
             validation.count("num_tokens", num_tokens, seq.history + 1, capacity + 1,
                              "history so far + 1, capacity after the rewind + 1")

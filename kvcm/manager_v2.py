@@ -183,7 +183,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
             seq = self._seqs[request_id]
         except (KeyError, TypeError):
             seq = self._seq(request_id)       # which raises, naming the id
-        capacity, history = seq.capacity - max(num_draft - num_accepted, 0), num_tokens - 1
+        capacity, history = seq.capacity - (num_draft - num_accepted), num_tokens - 1   # checked: a <= d
         if seq.history <= history <= capacity and capacity > (len(seq.blocks[0]) - 1) * self.tokens_per_block \
                 and self._windowed is None:
             # the same blocks and no sliding group to release from: resize would only move the two counters

@@ -211,8 +211,9 @@ class Scheduler:
                     continue
                 out.append(placeholder(len(pending)))
             seq.logits_margins.append(nan)
-            pending.append((seq, len(out) - 1))
-            if at_length_limit(seq, len(out) - 1):
+            pos = len(out) - 1
+            pending.append((seq, pos))
+            if at_length_limit(seq, pos):
                 self._retire(seq)
         return pending
 
