@@ -19,11 +19,16 @@ def greedy_packed(logits: torch.Tensor) -> torch.Tensor:
 
 
 def unpack(packed: torch.Tensor, n: int) -> tuple[list[int], list[float]]:
-    """Tokens and margins of the first ``n`` rows as Python lists: one copy to the host where ``packed`` is on
-    the device, then the ids converted by torch rather than by int() row by row."""
-    if packed.device.type != "cpu":
-        packed = packed[:, :n].cpu()
-    return packed[0, :n].long().tolist(), packed[1, :n].tolist()
+    """Tokens and margins of the first ``n`` rows as Python lists, with one copy off the device. The ids are
+    floats in ``packed``: converting them row by row in Python costs more than a torch conversion from a few
+    dozen rows on (about 40 against 15 µs at 256), less below it (each torch op is microseconds)."""
+    rows = packed[:, :n]
+    if n < 64:
+        tokens, margins = rows.tolist()
+        return list(map(int, tokens)), margins
+    if rows.device.type != "cpu":
+        rows = rows.cpu()
+    return rows[0].long().tolist(), rows[1].tolist()
 
 
 def greedy(logits: torch.Tensor) -> tuple[list[int], list[float]]:
