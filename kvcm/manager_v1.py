@@ -78,14 +78,10 @@ class KVCacheManagerV1(BaseKVCacheManager):
 
     def begin_generation(self, request_id, num_draft: int = 0) -> None:
         """Reserve ``1 + max(num_draft, K)`` tokens, K = ``max_draft_len`` (draft slots V1 always reserves)."""
-        try:                                  # per request per step: the lookup without a call
-            seq = self._seqs[request_id]
-        except (KeyError, TypeError):
-            seq = self._seq(request_id)       # which raises, naming the id
+        seq = self._seq(request_id)
         if type(num_draft) is not int or num_draft < 0:
             num_draft = validation.count("num_draft", num_draft)
-        k = self.limits.max_draft_len
-        reserve = num_draft if num_draft > k else k       # max(num_draft, K)
+        reserve = max(num_draft, self.limits.max_draft_len)
         tokens = seq.capacity + 1 + reserve
         if tokens <= len(seq.blocks[0]) * self.tokens_per_block:
             seq.capacity = tokens     # within the blocks it holds (ceil(capacity / tpb) in every pool)
@@ -95,15 +91,11 @@ class KVCacheManagerV1(BaseKVCacheManager):
 
     def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
         """Rewind the reserved draft slots that were not accepted; history = ``num_tokens - 1``."""
-        try:                                  # per request per step: the lookup without a call
-            seq = self._seqs[request_id]
-        except (KeyError, TypeError):
-            seq = self._seq(request_id)       # which raises, naming the id
+        seq = self._seq(request_id)
         if not (type(num_draft) is int and type(num_accepted) is int and 0 <= num_accepted <= num_draft):
             num_draft = validation.count("num_draft", num_draft)
             num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
-        rejected = seq.reserved_draft - num_accepted
-        capacity = seq.capacity - rejected if rejected > 0 else seq.capacity
+        capacity = seq.capacity - max(seq.reserved_draft - num_accepted, 0)
         if not (type(num_tokens) is int and seq.history < num_tokens <= capacity + 1):
             validation.count("num_tokens", num_tokens, seq.history + 1, capacity + 1,
                              "history so far + 1, capacity after the rewind + 1")

@@ -77,9 +77,8 @@ class KVCacheManagerV2(BaseKVCacheManager):
         if hist > cap:
             raise ConfigError("history", hist, f"must be <= capacity={cap}")
         tpb = self.tokens_per_block
-        target = -(-cap // tpb)
-        # most decode steps: the same number of blocks and, with no sliding group, nothing to release
-        if len(seq.blocks[0]) == target and (self._windowed is None or self._pages_unchanged(seq, hist, target)):
+        target = ceil_div(cap, tpb)
+        if self._pages_unchanged(seq, hist, target):
             seq.capacity, seq.history = cap, hist
             return True
         plans = []
@@ -158,10 +157,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
         """A generation step with d draft slots: ``resize(capacity + 1 + d)``."""
         if type(num_draft) is not int or num_draft < 0:
             num_draft = validation.count("num_draft", num_draft)
-        try:                                  # per request per step: the lookup without a call
-            seq = self._seqs[request_id]
-        except (KeyError, TypeError):
-            seq = self._seq(request_id)       # which raises, naming the id
+        seq = self._seq(request_id)
         capacity = seq.capacity + 1 + num_draft
         if capacity <= len(seq.blocks[0]) * self.tokens_per_block:
             # within the blocks it holds (every group holds ceil(capacity / tpb)): what resize would do, minus
@@ -179,10 +175,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
             num_tokens = validation.count("num_tokens", num_tokens, 1)
             num_draft = validation.count("num_draft", num_draft)
             num_accepted = validation.count("num_accepted", num_accepted, 0, num_draft, "num_draft")
-        try:                                  # per request per step: the lookup without a call
-            seq = self._seqs[request_id]
-        except (KeyError, TypeError):
-            seq = self._seq(request_id)       # which raises, naming the id
+        seq = self._seq(request_id)
         capacity, history = seq.capacity - (num_draft - num_accepted), num_tokens - 1   # checked: a <= d
         if seq.history <= history <= capacity and capacity > (len(seq.blocks[0]) - 1) * self.tokens_per_block \
                 and self._windowed is None:
