@@ -132,7 +132,7 @@ class Scheduler:
                 continue                                                        # earlier grow in this loop
             rid = seq.request_id
             if drafter is not None:
-                k = min(self.num_draft, self.max_seq_len - seq.num_tokens)
+                k = self._draft_slots(seq)
                 if budget < 1 + k or not self._grow(seq, self._decode_grow(seq, k), scheduled):
                     continue
                 scheduled.add(rid)
@@ -255,7 +255,7 @@ class Scheduler:
                 while a < k and item.token_ids[1 + a] == want[a]:
                     a += 1
                 length = seq.num_tokens
-                reserved = min(self.num_draft, self.max_seq_len - length)      # as schedule() reserved them
+                reserved = self._draft_slots(seq)      # as schedule() reserved them
                 self.mgr.end_generation(rid, length + a + 1, num_draft=reserved, num_accepted=a)
                 if reserved:
                     self.drafter.end_decode(seq, length, a)
@@ -287,6 +287,11 @@ class Scheduler:
             self.waiting.remove(seq)
         seq.status = Status.FINISHED
         self._release(seq)
+
+    def _draft_slots(self, seq: Sequence) -> int:
+        """Draft slots a verification of ``seq`` reserves: ``D``, fewer near ``max_seq_len``. ``verify`` rewinds
+        exactly these, even when the drafter proposed nothing and the step ran as a plain decode."""
+        return min(self.num_draft, self.limits.max_seq_len - seq.num_tokens)
 
     def _at_length_limit(self, seq: Sequence, pos: int) -> bool:
         return pos + 1 >= seq.params.max_new_tokens or len(seq.prompt_token_ids) + pos + 1 >= self.limits.max_seq_len
