@@ -1,0 +1,94 @@
+"""The contracts the engine relies on, declared: what a step-level KV cache manager and a drafter must offer.
+
+The scheduler, the runner, the contract targets and the suites call exactly these; declaring them lets a type
+checker, and ``suites/managers/test_protocols.py`` at run time, check kvcm's own managers and drafters (and a
+user's) against one list instead of against whatever the engine happens to call today.
+
+Failure shapes (ARCHITECTURE.md, "How a manager reports failure"): bad arguments always raise
+``kvcm.ConfigError`` with nothing changed; ``begin_*`` raise ``kvcm.OutOfPagesError`` when the pages are not
+there, with nothing changed (the scheduler preempts and retries); a request id the manager does not hold raises
+``kvcm.UnknownRequestError``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class StepManager(Protocol):
+    """A manager the engine drives one step at a time (kvcm's V1, V2 and DeepSeek-V4 managers)."""
+
+    tokens_per_block: int
+    layer_groups: list
+
+    def begin_context_chunk(self, request_id, start: int, num_tokens: int, prompt_len: int,
+                            draft_len: int = 0) -> None:
+        """Reserve the pages a prefill chunk of ``num_tokens`` at position ``start`` writes (the first chunk
+        creates the request). Raises ``OutOfPagesError`` with nothing changed (a request this call created is
+        gone again)."""
+
+    def end_context_chunk(self, request_id, history: int) -> None:
+        """After the chunk's forward: the KV of the first ``history`` tokens is final."""
+
+    def begin_generation(self, request_id, num_draft: int = 0) -> None:
+        """Reserve one decode token plus ``num_draft`` draft slots. Raises ``OutOfPagesError`` with nothing
+        changed."""
+
+    def end_generation(self, request_id, num_tokens: int, num_draft: int = 0, num_accepted: int = 0) -> None:
+        """After the step: the request has ``num_tokens`` tokens; the draft slots not accepted are given back."""
+
+    def free_resources(self, request_id) -> None:
+        """Release every page of the request (raises ``UnknownRequestError`` for an id it does not hold)."""
+
+    def has_request(self, request_id) -> bool:
+        """Whether the request holds pages here."""
+
+    def block_tables(self, request_ids) -> list:
+        """Per request, per layer group, the physical page of each logical block (-1: released)."""
+
+    def layer_kv(self, layer_idx: int) -> torch.Tensor:
+        """The layer's pages as ``[num_blocks, kv_factor, tokens_per_block, kv_heads, head_dim]``."""
+
+    def group_of_layer(self, layer_idx: int) -> int:
+        """Which layer group (pool) holds the layer's pages."""
+
+    def get_num_free_blocks(self) -> int:
+        """Free pages of the most constrained full-attention group."""
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Who proposes the draft tokens of speculative decoding (``kvcm.engine.drafters``).
+
+    A drafter fills in exactly ``num_draft`` tokens for every verification item, so a batch keeps one
+    verification shape; when it keeps KV of its own it mirrors the target's capacity calls (``begin_chunk`` ...
+    ``free``) on its own manager, raising ``OutOfPagesError`` as a manager does.
+    """
+
+    num_draft: int
+    stats: object   # kvcm.engine.spec_stats.SpecStats
+
+    def begin_chunk(self, seq, start: int, n: int) -> None: ...
+
+    def end_chunk(self, seq, history: int) -> None: ...
+
+    def begin_decode(self, seq) -> None: ...
+
+    def end_decode(self, seq, length: int, num_accepted: int) -> None: ...
+
+    def draft(self, seqs, items: list) -> None:
+        """Propose the draft tokens of every verification item in ``items`` (in place)."""
+
+    def free(self, seq) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def missing_members(obj, protocol) -> list[str]:
+    """The members of ``protocol`` that ``obj`` lacks (``isinstance`` says only yes or no)."""
+    names = [n for n in protocol.__dict__ if not n.startswith("_")]
+    names += list(getattr(protocol, "__annotations__", {}))
+    return sorted({n for n in names if not hasattr(obj, n)})
