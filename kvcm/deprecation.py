@@ -3,6 +3,10 @@
 A concept has one name everywhere (the manager version is ``kvcm_version``, a draft model's
 ``draft_kvcm_version``); where users could have written an older name, these helpers accept it for a while
 and say what to write instead, so renaming never breaks a caller silently.
+
+When they go: every shim here is removed in the first release after 0.1 (0.2.0); the warnings say
+"deprecated" from 0.1.0 on, so a caller has had one release to move. ``REMOVED_IN`` is that release, and every
+warning names it.
 """
 
 from __future__ import annotations
@@ -11,8 +15,12 @@ import functools
 import warnings
 
 
+REMOVED_IN = "0.2.0"
+
+
 def _warn(old: str, new: str, where: str, stacklevel: int) -> None:
-    warnings.warn(f"{where}: {old} is deprecated; use {new}", DeprecationWarning, stacklevel=stacklevel + 1)
+    warnings.warn(f"{where}: {old} is deprecated; use {new} (the old spelling goes in {REMOVED_IN})",
+                  DeprecationWarning, stacklevel=stacklevel + 1)
 
 
 def renamed_keywords(**old_to_new: str):

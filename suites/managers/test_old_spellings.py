@@ -29,7 +29,7 @@ def test_factory_version_keyword():
         warnings.simplefilter("always")
         old = kvcm.create_kv_cache_manager(version="v2", model=SPEC, kv_cache_config=CFG, limits=LIMITS)
     msg = _one_warning(record, "use kvcm_version=")
-    assert msg == "create_kv_cache_manager: version= is deprecated; use kvcm_version="
+    assert msg == "create_kv_cache_manager: version= is deprecated; use kvcm_version= (the old spelling goes in 0.2.0)"
     new = kvcm.create_kv_cache_manager(kvcm_version="v2", model=SPEC, kv_cache_config=CFG, limits=LIMITS)
     assert old.kvcm_version == "v2" and old.describe() == new.describe()
 
@@ -44,7 +44,8 @@ def test_estimation_version_keyword():
         warnings.simplefilter("always")
         est = kvcm.build_with_estimation(version="v1", model=SPEC, kv_cache_config=CFG, limits=LIMITS,
                                          free_memory_bytes=1 << 30)
-    _one_warning(record, "build_with_estimation: version= is deprecated; use kvcm_version=")
+    _one_warning(record, "build_with_estimation: version= is deprecated; use kvcm_version= "
+                         "(the old spelling goes in 0.2.0)")
     assert est.manager.kvcm_version == "v1"
 
 
@@ -65,8 +66,9 @@ def test_llm_manager_version_keywords():
         llm = LLM(target, manager_version="v1", drafter=draft, max_draft_len=2, draft_manager_version="v2",
                   kv_cache_config=KvCacheConfig(max_tokens=1024, dtype="float32"), max_batch_size=2, max_seq_len=64)
     messages = sorted(str(w.message) for w in record if issubclass(w.category, DeprecationWarning))
-    assert messages == ["LLM: draft_manager_version= is deprecated; use draft_kvcm_version=",
-                        "LLM: manager_version= is deprecated; use kvcm_version="]
+    assert messages == ["LLM: draft_manager_version= is deprecated; use draft_kvcm_version= "
+                        "(the old spelling goes in 0.2.0)",
+                        "LLM: manager_version= is deprecated; use kvcm_version= (the old spelling goes in 0.2.0)"]
     assert all(w.filename == __file__ for w in record if issubclass(w.category, DeprecationWarning))
     assert (llm.kvcm_version, llm.manager.kvcm_version, llm.drafter.manager.kvcm_version) == ("v1", "v1", "v2")
     with pytest.warns(DeprecationWarning, match=r"LLM: \.manager_version is deprecated; use \.kvcm_version"):
