@@ -205,7 +205,8 @@ def detect(*, stage: str = "pre_merge") -> MachineInfo:
     )
 
 
-def _override_text(config: pytest.Config) -> tuple[str, str] | None:
+def override_text(config: pytest.Config) -> tuple[str, str] | None:
+    """The simulated machine's text and where it came from (option or environment), or None when none is given."""
     opt = config.getoption("kvcm_machine", None)
     if opt:
         return opt, "--kvcm-machine"
@@ -219,7 +220,7 @@ def machine_for(config: pytest.Config) -> MachineInfo:
     """This process's machine (cached per config): the override if one is given, else torch."""
     if _STASH_LOCAL not in config.stash:
         stage = config.getoption("kvcm_stage", None) or "pre_merge"
-        override = _override_text(config)
+        override = override_text(config)
         info = from_override(override[0], stage=stage, source=override[1]) if override else detect(stage=stage)
         config.stash[_STASH_LOCAL] = info
     return config.stash[_STASH_LOCAL]

@@ -59,17 +59,17 @@ def _check_gsm8k(config: pytest.Config) -> None:
     source = config.getoption("kvcm_gsm8k", None)
     if not source:
         return
-    from .accuracy.gsm8k import _split_file
+    from .accuracy.gsm8k import split_file
 
     path = Path(os.path.expanduser(source))
     where = f"--kvcm-gsm8k={source}"
     if path.is_dir():
-        found = _split_file(path, "test")
+        found = split_file(path, "test")
         if found is None:
             raise pytest.UsageError(f"{where}: the directory has no test.jsonl, test.json, test.parquet or "
                                     "**/test-*.parquet")
         files = [found[1]] if isinstance(found[1], str) else found[1]
-        train = _split_file(path, "train")
+        train = split_file(path, "train")
         if train is not None:
             files += [train[1]] if isinstance(train[1], str) else train[1]
     elif path.is_file():
@@ -138,9 +138,9 @@ def _check_references(config: pytest.Config) -> None:
 
 
 def _check_machine(config: pytest.Config) -> None:
-    from .machine import _override_text, from_override
+    from .machine import override_text, from_override
 
-    override = _override_text(config)
+    override = override_text(config)
     if override is None:
         return
     text, source = override

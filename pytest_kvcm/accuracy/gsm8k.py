@@ -93,7 +93,8 @@ def _load_files(kind: str, files: dict[str, str]):
     return {split: ds[split] for split in files}
 
 
-def _split_file(root: Path, split: str) -> tuple[str, str] | None:
+def split_file(root: Path, split: str) -> tuple[str, str] | None:
+    """The data-files kind and file(s) of ``split`` in a GSM8K directory, or None (also the start-up check's)."""
     for name in (f"{split}.jsonl", f"{split}.json"):
         if (root / name).is_file():
             return "json", str(root / name)
@@ -125,11 +126,11 @@ def load_gsm8k(source: str | Path | None = None, *, split: str = "test") -> GSM8
         return GSM8KData(splits["test"], splits["train"], EMBEDDED)
     path = Path(source)
     if path.is_dir():
-        test = _split_file(path, split)
+        test = split_file(path, split)
         if test is None:
             raise FileNotFoundError(f"GSM8K directory {path} has no {split}.jsonl, {split}.parquet or "
                                     f"**/{split}-*.parquet")
-        train = _split_file(path, "train") if split != "train" else None
+        train = split_file(path, "train") if split != "train" else None
         ds = _load_files(test[0], {split: test[1]})[split]
         tr = _load_files(train[0], {"train": train[1]})["train"] if train else None
     elif path.is_file():
