@@ -10,7 +10,7 @@
 #
 # The project is not installed into it: it holds vLLM and the test tools only, so it lives outside the checkout
 # and one venv serves every clone (CI's fresh clones included). Run the suites with the checkout on the path:
-#   PYTHONPATH=$PWD "$VENV/bin/python" -m pytest -p pytest_kvcm.plugin suites/contract --kvcm-target=vllm
+#   PYTHONPATH=$PWD "$VENV/bin/python" -m pytest -p pytest_kvcm.plugin --pyargs pytest_kvcm.contract --kvcm-target=vllm
 #
 #   KVCM_VLLM_VENV    where the venv goes          (default: ~/.cache/kvcm/venv-vllm)
 #   KVCM_WHEEL_CACHE  where the wheels are kept    (default: ~/.cache/kvcm/wheels)

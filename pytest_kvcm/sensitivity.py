@@ -107,7 +107,7 @@ class Progress:
 
 def _levels(tests: list[str]) -> list[str]:
     """The suites (managers, contract, engine, ...) the catching tests belong to."""
-    return sorted({t.split(".")[1] if t.startswith("suites.") else t.split(".")[0] for t in tests})
+    return sorted({t.split(".")[1] if t.startswith(("suites.", "pytest_kvcm.")) else t.split(".")[0] for t in tests})
 
 
 def _named(test: str, catchers) -> bool:

@@ -15,7 +15,7 @@ from ._registry import defect
         story="generation dummies one token too large: CUDA-graph warmup skipped page-boundary batch shapes",
         catchers=("suites/managers/test_capacity_trace.py::test_generation_dummy_history_31_holds_32",
                   "suites/managers/test_page_boundary.py::test_dummy_at_page_boundary_fits",
-                  "suites/contract/test_target_page_boundary.py::"
+                  "pytest_kvcm/contract/test_target_page_boundary.py::"
                   "test_request_filling_the_free_pages_fits_and_one_more_token_does_not",
                   "suites/engine/test_cuda_graph.py::test_warmup_on_a_page_boundary_captures_every_shape"))
 def gen_dummy_extra_token(mp):
@@ -81,7 +81,7 @@ def v4_constraints_ignore_pool_ratio(mp):
         story="available tokens not reduced by the draft tokens: spec-decode dummies overflowed the pool",
         catchers=("suites/managers/test_formulas.py::test_v2_available_tokens",
                   "suites/managers/test_page_boundary.py::test_dummy_at_page_boundary_fits",
-                  "suites/contract/test_target_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
+                  "pytest_kvcm/contract/test_target_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
 def available_tokens_ignore_draft(mp):
     from kvcm.manager_v1 import KVCacheManagerV1
     from kvcm.manager_v2 import KVCacheManagerV2
@@ -118,7 +118,7 @@ def context_constraint_ignores_extra(mp):
         story="sliding-window pages released one token early: attention read a freed page",
         catchers=("suites/managers/test_formulas.py::test_stale_range_formula",
                   "suites/managers/test_formulas.py::test_stale_blocks_released_by_v2_resize",
-                  "suites/contract/test_target_sliding_window.py::test_window_pages_follow_the_window"))
+                  "pytest_kvcm/contract/test_target_sliding_window.py::test_window_pages_follow_the_window"))
 def stale_window_early_release(mp):
     from kvcm.layer_groups import LayerGroup, ceil_div
 

@@ -10,7 +10,7 @@ from ._registry import defect
         story="V2's available tokens clamped token_num_upper_bound itself, not bound + E + drafts: a bound that "
               "fits came back E + drafts tokens short",
         catchers=("suites/managers/test_field_defects.py::test_available_tokens_return_a_bound_that_fits",
-                  "suites/contract/test_target_available_tokens.py::test_engine_answers_the_bound_when_the_pool_is_larger"))
+                  "pytest_kvcm/contract/test_target_available_tokens.py::test_engine_answers_the_bound_when_the_pool_is_larger"))
 def v2_clamp_drops_extra(mp):
     from kvcm.manager_v2 import KVCacheManagerV2
 
@@ -28,7 +28,7 @@ def v2_clamp_drops_extra(mp):
         "registered before a failing one; estimation hung)",
         story="a warmup batch that did not fit left its earlier dummies allocated",
         catchers=("suites/managers/test_field_defects.py::test_failed_dummy_batch_leaves_no_dummy",
-                  "suites/contract/test_target_lifecycle.py::test_refused_batch_allocation_leaves_nothing_allocated"))
+                  "pytest_kvcm/contract/test_target_lifecycle.py::test_refused_batch_allocation_leaves_nothing_allocated"))
 def dummy_leak_on_failure(mp):
     from kvcm.manager import BaseKVCacheManager
 

@@ -11,8 +11,8 @@ from ._registry import defect
         "total block count; the null block left the pool one block short: hang at 0 tok/s)",
         story="a pool sized for max_model_len forgot the page every request is denied (vLLM's null block)",
         catchers=("suites/plugin/test_targets.py::test_pool_for_max_model_len_counts_reserved_pages",
-                  "suites/contract/test_target_max_model_len.py::test_pool_sized_by_the_rule_serves_max_model_len_beside_a_null_page",
-                  "suites/contract/test_target_max_model_len.py::test_max_model_len_request_fits_exactly_when_the_pool_holds_it"))
+                  "pytest_kvcm/contract/test_target_max_model_len.py::test_pool_sized_by_the_rule_serves_max_model_len_beside_a_null_page",
+                  "pytest_kvcm/contract/test_target_max_model_len.py::test_max_model_len_request_fits_exactly_when_the_pool_holds_it"))
 def null_block_not_counted(mp):
     from pytest_kvcm.targets import contract
 
@@ -44,7 +44,7 @@ def lookahead_not_reserved_in_warmup(mp):
         story="sliding-window layers got full-attention pools and kept every page",
         catchers=("suites/managers/test_field_defects.py::test_sliding_layers_get_their_own_window_pool",
                   "suites/engine/test_cache_sizing.py::test_sliding_window_model_gets_window_sized_pools",
-                  "suites/contract/test_target_sliding_window.py::test_window_pages_follow_the_window"))
+                  "pytest_kvcm/contract/test_target_sliding_window.py::test_window_pages_follow_the_window"))
 def swa_sized_as_global(mp):
     import dataclasses
 
@@ -81,7 +81,7 @@ def swa_bound_two_batches(mp):
         story="available tokens of a hybrid model counted every sliding-window block of the sequence, as if none "
               "were ever released: long requests refused though they fit",
         catchers=("suites/managers/test_field_defects.py::test_hybrid_available_tokens_count_only_the_window",
-                  "suites/contract/test_target_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
+                  "pytest_kvcm/contract/test_target_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
 def swa_admission_counts_full_sequence(mp):
     from kvcm.layer_groups import ceil_div
     from kvcm.manager_v2 import KVCacheManagerV2

@@ -1,7 +1,7 @@
 """Managers under test: one engine-neutral contract, adapters for kvcm and for managers we did not write.
 
 ``--kvcm-target=kvcm-v1,kvcm-v2,vllm,...`` parametrizes every test that asks for the ``kvcm_target`` fixture
-(the contract suites in ``suites/contract/``) once per target, as ``--kvcm-version`` does for V1/V2. A test
+(the contract suites in ``pytest_kvcm/contract/``) once per target, as ``--kvcm-version`` does for V1/V2. A test
 receives a *factory*: ``kvcm_target(PoolSpec(...))`` builds a fresh manager of that engine, sized as asked.
 
 The contract (``KVCacheTarget``) is what every paged KV cache manager offers a scheduler, in the scheduler's
@@ -18,7 +18,7 @@ skips with the install hint. Add your own from a ``conftest.py``::
     def pytest_kvcm_register_targets(registry):
         registry["mine"] = MyAdapter          # a callable PoolSpec -> KVCacheTarget
 
-then run ``pytest suites/contract --kvcm-target=mine``.
+then run ``pytest --kvcm-target=mine --pyargs pytest_kvcm.contract`` from any directory.
 """
 
 from .contract import KVCacheTarget, PoolSpec, TargetUnavailable

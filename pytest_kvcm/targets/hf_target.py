@@ -1,6 +1,6 @@
 """transformers' continuous-batching ``PagedAttentionCache`` behind the contract, built standalone.
 
-Relies on internal API (pinned by ``suites/contract/test_target_apis.py``): ``PagedAttentionCache(config,
+Relies on internal API (pinned by ``pytest_kvcm/contract/test_target_apis.py``): ``PagedAttentionCache(config,
 ContinuousBatchingConfig, device, DistributedHelper, dtype)``, ``can_store_request_tokens(state, n)`` (checks
 and allocates, all or nothing), ``free_blocks(request_id, no_cache=True)``, ``pool.num_free_sectors``,
 ``pool.count_free_blocks(index)`` and ``pool.try_to_free_sectors()``. The cache hands out *sectors* to one

