@@ -24,6 +24,7 @@ _EXPORTS = {
     "LayerSpec": "model_spec", "ModelSpec": "model_spec",
     "WarmupReport": "warmup", "WarmupShape": "warmup", "cuda_graph_batch_sizes": "warmup", "plan_warmup": "warmup",
     "embedded_models": "embedded", "load_spec": "embedded",
+    "BlockCounts": "reuse", "KvCacheRetentionConfig": "reuse", "KvCacheStats": "reuse", "RequestReuseStats": "reuse",
 }
 
 __all__ = list(_EXPORTS)
@@ -54,4 +55,5 @@ if TYPE_CHECKING:  # what static tools and IDEs see; nothing here runs
     from .manager_v2 import KVCacheManagerV2
     from .model_spec import LayerSpec, ModelSpec
     from .embedded import embedded_models, load_spec
+    from .reuse import BlockCounts, KvCacheRetentionConfig, KvCacheStats, RequestReuseStats
     from .warmup import WarmupReport, WarmupShape, cuda_graph_batch_sizes, plan_warmup

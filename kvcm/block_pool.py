@@ -18,6 +18,8 @@ class BlockPool:
         self._free: list[int] = []
         self._fresh = 0
         self._used = bytearray(self.num_blocks)
+        self.num_reusable = 0       # cached pages nobody holds, kept out of the free list by a reuse cache
+        self.evict = None           # the reuse cache's ``evict(n)``: puts n cached pages back in the free list
         self.storage: torch.Tensor | None = None
         if self.device.type != "meta":
             # zeroed: masked-out slots are multiplied by zero weights, and 0 * NaN garbage would poison attention
@@ -26,6 +28,11 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         return len(self._free) + self.num_blocks - self._fresh
+
+    @property
+    def num_available(self) -> int:
+        """Free pages plus cached pages nobody holds: what an allocation can get (it evicts the latter)."""
+        return len(self._free) + self.num_blocks - self._fresh + self.num_reusable
 
     @property
     def num_used(self) -> int:
@@ -37,7 +44,9 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[int]:
         if n > self.num_free:
-            raise RuntimeError(f"pool has {self.num_free} free blocks, {n} asked")
+            if n > self.num_available or self.evict is None:
+                raise RuntimeError(f"pool has {self.num_free} free blocks, {n} asked")
+            self.evict(n - self.num_free)
         out = []
         for _ in range(n):
             if self._free:
@@ -57,3 +66,11 @@ class BlockPool:
                 raise RuntimeError(f"block {block} released twice")
             self._used[block] = 0
             self._free.append(block)
+
+    def is_used(self, block: int) -> bool:
+        return bool(self._used[block])
+
+    def push_free(self, block: int) -> None:
+        """Put one page back without the double-release check (``kvcm.seams.release_block`` makes it)."""
+        self._used[block] = 0
+        self._free.append(block)

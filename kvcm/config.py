@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 import torch
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, StrictBool
 
 from .errors import ConfigError
 from .validation import Int, Number, config_dataclass, power_of_two
@@ -94,6 +94,11 @@ class KvCacheConfig:
     are given the smallest wins; with none, the fraction defaults to 0.9. ``dtype`` is the KV dtype of every
     attention layer; ``"auto"`` keeps each layer's dtype from the model spec. Each field's limit is declared
     with it (``kvcm.validation``); a bad value raises ``ConfigError``.
+
+    Block reuse (docs/semantics.md 11) is on by default, as TensorRT-LLM's ``KvCacheConfig``: it only ever acts
+    on requests made with ``add_sequence`` and their token ids, so a caller that never passes token ids sees
+    no difference. ``enable_partial_reuse`` lets a partly matched last block be reused (copied, or in V1 taken
+    over when nobody holds it); ``copy_on_partial_reuse`` lets V1 copy one that a request holds.
     """
 
     tokens_per_block: Annotated[Int, Field(ge=1), AfterValidator(_power_of_two)] = Field(
@@ -105,6 +110,9 @@ class KvCacheConfig:
         None, description="needs one positive weight per layer group")
     avg_seq_len: Annotated[Int, Field(ge=1)] | None = None
     dtype: Annotated[object, AfterValidator(_kv_dtype)] = "bfloat16"
+    enable_block_reuse: StrictBool = Field(True, description="must be True or False")
+    enable_partial_reuse: StrictBool = Field(True, description="must be True or False")
+    copy_on_partial_reuse: StrictBool = Field(True, description="must be True or False")
 
     DEFAULT_FRACTION = 0.9
 

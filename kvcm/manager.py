@@ -20,6 +20,8 @@ from .block_pool import BlockPool
 from .layer_groups import LayerGroup, build_layer_groups
 from .limits import MAX_BATCH_SIZE, Limits  # noqa: F401  (MAX_BATCH_SIZE: kvcm.MAX_BATCH_SIZE)
 from .model_spec import ModelSpec
+from .reuse.api import ReuseMixin
+from . import seams
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class _Sequence:
     blocks: list[list[int]] = field(default_factory=list)  # per group: physical id per logical block, -1 = released
     stale_done: list[int] = field(default_factory=list)  # per group: stale blocks below this are released
     reserved_draft: int = 0  # V1: draft slots reserved by the current generation step
+    reuse: object = None  # a kvcm.reuse.state.ReuseState for a request made with its token ids (add_sequence)
 
 
 def _free_memory(device: torch.device, given: int | None) -> int | None:
@@ -53,7 +56,7 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
     return None
 
 
-class BaseKVCacheManager:
+class BaseKVCacheManager(ReuseMixin):
     kvcm_version = "base"
     version = renamed_attribute("kvcm_version")
 
@@ -87,6 +90,7 @@ class BaseKVCacheManager:
         self.pools = [BlockPool(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
         self._seqs: dict[object, _Sequence] = {}
         self._views: dict[int, torch.Tensor] = {}
+        self._init_reuse()
 
     # ---- the limits, read through ---------------------------------------------------------------------------
     max_batch_size = property(lambda self: self.limits.max_batch_size)
@@ -139,9 +143,11 @@ class BaseKVCacheManager:
         return view
 
     def get_num_free_blocks(self) -> int:
-        """Free blocks of the most constrained full-attention group (any group when none is full)."""
-        full = [p.num_free for g, p in zip(self.layer_groups, self.pools) if g.is_full]
-        return min(full or [p.num_free for p in self.pools])
+        """Free blocks of the most constrained full-attention group (any group when none is full); cached
+        blocks no request holds count as free, as TensorRT-LLM and vLLM report them (``seams.free_blocks``)."""
+        free = seams.free_blocks
+        full = [free(p.num_free, p.num_reusable) for g, p in zip(self.layer_groups, self.pools) if g.is_full]
+        return min(full or [free(p.num_free, p.num_reusable) for p in self.pools])
 
     @property
     def max_tokens(self) -> int:
@@ -207,6 +213,9 @@ class BaseKVCacheManager:
         seq = self._seqs.pop(validation.request_id(request_id), None)
         if seq is None:
             raise UnknownRequestError(request_id)
+        if seq.reuse is not None:
+            self._release_with_tokens(seq)
+            return
         for pool, blocks in zip(self.pools, seq.blocks):
             pool.release(blocks)
 
@@ -215,11 +224,15 @@ class BaseKVCacheManager:
             if rid in self._seqs:
                 self.free_resources(rid)
 
+    def _release_with_tokens(self, seq) -> None:
+        """A request made with token ids: the version stores what it stores at release, then lets go."""
+        self._free_reuse(seq)
+
     def _out_of_pages(self, request_id, needs: list[int], what: str) -> OutOfPagesError:
         for g, (need, pool) in enumerate(zip(needs, self.pools)):
-            if need > pool.num_free:
-                return OutOfPagesError(request_id, g, need, pool.num_free, what)
-        return OutOfPagesError(request_id, 0, needs[0], self.pools[0].num_free, what)
+            if need > pool.num_available:
+                return OutOfPagesError(request_id, g, need, pool.num_available, what)
+        return OutOfPagesError(request_id, 0, needs[0], self.pools[0].num_available, what)
 
     # ---- dummy requests (warmup) ----------------------------------------------------------------------------
     def add_dummy_requests(self, request_ids, token_nums=None, is_gen: bool = False, max_num_draft_tokens: int = 0,

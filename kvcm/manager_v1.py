@@ -11,10 +11,13 @@ from . import validation
 from .errors import OutOfPagesError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
+from .reuse.policy import V1Policy
+from . import seams
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
     kvcm_version = "v1"
+    _reuse_policy = V1Policy()
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block
@@ -37,13 +40,16 @@ class KVCacheManagerV1(BaseKVCacheManager):
         have = len(seq.blocks[0])
         if target > have:
             need = target - have
-            if any(pool.num_free < need for pool in self.pools):
+            if any(pool.num_available < need for pool in self.pools):
                 raise self._out_of_pages(request_id, [need] * len(self.pools), what)
             for blocks, pool in zip(seq.blocks, self.pools):
                 blocks.extend(pool.allocate(need))
         elif target < have:
-            for blocks, pool in zip(seq.blocks, self.pools):
-                pool.release(blocks[target:])
+            for g, (blocks, pool) in enumerate(zip(seq.blocks, self.pools)):
+                if seq.reuse is None or self._reuse is None:
+                    pool.release(blocks[target:])
+                else:
+                    self._reuse.release(g, blocks[target:])
                 del blocks[target:]
         seq.capacity = tokens
 
@@ -64,6 +70,11 @@ class KVCacheManagerV1(BaseKVCacheManager):
         prompt_len = validation.count("prompt_len", prompt_len)
         draft_len = validation.count("draft_len", draft_len)
         if self.has_request(request_id):
+            seq = self._seq(request_id)
+            if seq.reuse is not None and not seq.reuse.started:   # made by add_sequence: reserve now
+                self._set_tokens(request_id, max(seq.capacity, prompt_len + self.num_extra_kv_tokens + draft_len),
+                                 "context")
+                seq.reuse.started = True
             return
         self._new_seq(request_id)
         try:
@@ -75,6 +86,26 @@ class KVCacheManagerV1(BaseKVCacheManager):
     def end_context_chunk(self, request_id, history: int) -> None:
         seq = self._seq(request_id)
         seq.history = validation.count("history", history, seq.history, seq.capacity, "history so far, capacity")
+        state = seq.reuse
+        if state is not None and seq.history >= state.prompt_len:
+            # context end: TensorRT-LLM's storeContextBlocks, full blocks of the prompt less its last token
+            self._store_full(seq, "context")
+
+    def _store_full(self, seq, when: str) -> None:
+        state = seq.reuse
+        upto = min(len(state.tokens) - 1, seq.history)
+        if upto // self.tokens_per_block > state.stored_full:
+            self._store(seq, upto, when, partial=False)
+            state.stored_full = upto // self.tokens_per_block
+
+    def _on_decode_tokens(self, seq) -> None:
+        """TensorRT-LLM's storeNewBlock: a block is stored once its tokens (less the newest) have final KV."""
+        self._store_full(seq, "decode")
+
+    def _release_with_tokens(self, seq) -> None:
+        """TensorRT-LLM's releaseBlocks: every block of the tokens less the last, the partial one included."""
+        self._store(seq, min(len(seq.reuse.tokens) - 1, seq.history), "release", partial=True)
+        self._free_reuse(seq)
 
     def begin_generation(self, request_id, num_draft: int = 0) -> None:
         """Reserve ``1 + max(num_draft, K)`` tokens, K = ``max_draft_len`` (draft slots V1 always reserves)."""
@@ -113,7 +144,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
             token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
             validation.count("batch_size", batch_size, 1)
             max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
-        free = min(pool.num_free for pool in self.pools)
+        free = min(seams.free_blocks(pool.num_free, pool.num_reusable) for pool in self.pools)
         available = free * self.tokens_per_block - self.num_extra_kv_tokens - max_num_draft_tokens
         return max(0, min(token_num_upper_bound, available))
 

@@ -16,10 +16,12 @@ from . import validation
 from .errors import ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
+from .reuse.policy import V2Policy
 
 
 class KVCacheManagerV2(BaseKVCacheManager):
     kvcm_version = "v2"
+    _reuse_policy = V2Policy()
 
     # ---- constraints and sizing -----------------------------------------------------------------------------
     def _typical_seq_len(self) -> int | None:
@@ -88,11 +90,15 @@ class KVCacheManagerV2(BaseKVCacheManager):
             stale = range(max(lo, seq.stale_done[g]), min(hi, target, len(blocks)))
             release += [blocks[i] for i in stale if blocks[i] >= 0]
             grow = [i for i in range(len(blocks), target) if not lo <= i < hi]
-            if len(grow) > pool.num_free + len(release):
+            gain = len(release) if seq.reuse is None or self._reuse is None else self._reuse.release_gain(g, release)
+            if len(grow) > pool.num_available + gain:
                 return False
             plans.append((lo, hi, stale, release, grow))
         for g, (pool, blocks, (lo, hi, stale, release, grow)) in enumerate(zip(self.pools, seq.blocks, plans)):
-            pool.release(release)
+            if seq.reuse is None or self._reuse is None:
+                pool.release(release)
+            else:
+                self._reuse.release(g, release)
             for i in stale:
                 blocks[i] = -1
             del blocks[target:]
@@ -141,6 +147,8 @@ class KVCacheManagerV2(BaseKVCacheManager):
         if created:
             self._new_seq(request_id)
         seq = self._seq(request_id)
+        if seq.reuse is not None:
+            seq.reuse.started = True      # its pages are LOCKED from now on (TensorRT-LLM's resume)
         try:
             self._resize_or_raise(request_id, max(seq.capacity, start + num_tokens + self.num_extra_kv_tokens), None,
                                   "context chunk")
@@ -150,8 +158,20 @@ class KVCacheManagerV2(BaseKVCacheManager):
             raise
 
     def end_context_chunk(self, request_id, history: int) -> None:
-        """After the chunk's forward: its KV is final, so ``history = p + n`` (stale blocks go now, not before)."""
+        """After the chunk's forward: its KV is final, so ``history = p + n`` (stale blocks go now, not before).
+        A request made with token ids commits its prompt blocks first (the wrapper's ``try_commit_blocks``), and
+        at context end the partial last one (``stop_committing``); generated tokens are never committed."""
+        seq = self._seq(request_id)
+        if seq.reuse is not None and type(history) is int and seq.history <= history <= seq.capacity:
+            upto = min(history, seq.reuse.prompt_len)
+            self._store(seq, upto, "context", partial=upto == seq.reuse.prompt_len)
         self.resize(request_id, history=history)
+
+    def _release_with_tokens(self, seq) -> None:
+        """``close()``: what was committed stays cached (DROPPABLE); a request freed mid-context commits the
+        prompt tokens it computed, its partial block included (``stop_committing``)."""
+        self._store(seq, min(seq.history, seq.reuse.prompt_len), "release", partial=True)
+        self._free_reuse(seq)
 
     def begin_generation(self, request_id, num_draft: int = 0) -> None:
         """A generation step with d draft slots: ``resize(capacity + 1 + d)``."""

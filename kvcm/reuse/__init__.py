@@ -1,0 +1,9 @@
+"""Block reuse (prefix caching) for kvcm's managers: the radix tree of exact keys, the eviction order, the
+per-version matching and storing policies, the retention priorities and the stats (docs/semantics.md 11)."""
+
+from .retention import (DEFAULT_RETENTION_PRIORITY, MAX_RETENTION_PRIORITY, MIN_RETENTION_PRIORITY,
+                        KvCacheRetentionConfig)
+from .stats import BlockCounts, KvCacheStats, RequestReuseStats
+
+__all__ = ["BlockCounts", "DEFAULT_RETENTION_PRIORITY", "KvCacheRetentionConfig", "KvCacheStats",
+           "MAX_RETENTION_PRIORITY", "MIN_RETENTION_PRIORITY", "RequestReuseStats"]

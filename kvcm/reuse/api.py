@@ -1,0 +1,273 @@
+"""The block-reuse API every manager has (``BaseKVCacheManager`` inherits it; /docs/semantics.md 11).
+
+A request reuses only when it is made with ``add_sequence`` and its token ids: every other request (made by a
+context chunk, ``add_request`` or a warmup dummy) is never matched or stored, so an engine that never passes
+token ids sees the managers exactly as they were. The version's choices come from ``_reuse_policy``.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from .. import seams, validation
+from ..errors import ConfigError, OutOfPagesError
+from ..units import ceil_div
+from .cache import ReuseCache
+from .policy import find_match, store
+from .retention import DEFAULT_RETENTION_PRIORITY, KvCacheRetentionConfig
+from .state import ReuseState
+from .stats import BlockCounts, KvCacheStats, ReuseCounters, RequestReuseStats
+
+
+def _token_ids(field: str, token_ids, *, allow_empty: bool = False) -> list[int]:
+    if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
+        raise ConfigError(field, token_ids, "must be a list of token ids (non-negative integers)")
+    out = list(token_ids)
+    for i, t in enumerate(out):
+        if type(t) is not int:
+            if isinstance(t, bool):
+                raise ConfigError(f"{field}[{i}]", t, "must be a token id (a non-negative integer), not a bool")
+            try:
+                t = out[i] = operator.index(t)
+            except TypeError:
+                raise ConfigError(f"{field}[{i}]", t, "must be a token id (a non-negative integer), "
+                                  f"not {type(t).__name__}") from None
+        if t < 0:
+            raise ConfigError(f"{field}[{i}]", t, "must be a token id (a non-negative integer)")
+    if not out and not allow_empty:
+        raise ConfigError(field, out, "must hold at least one token id")
+    return out
+
+
+class ReuseMixin:
+    _reuse_policy = None          # set by each version
+
+    def _init_reuse(self) -> None:
+        cfg = self.kv_cache_config
+        self._reuse: ReuseCache | None = None
+        if cfg.enable_block_reuse:
+            self._reuse = ReuseCache(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups))
+        self._reuse_totals = ReuseCounters()
+        self._compress_ratios = tuple(sorted({self.model.layers[i].compress_ratio
+                                              for g in self.layer_groups for i in g.layers}))
+
+    @property
+    def enable_block_reuse(self) -> bool:
+        return self._reuse is not None
+
+    @property
+    def enable_partial_reuse(self) -> bool:
+        """Partial reuse as this manager applies it: asked for, and allowed (DeepSeek-V4's compressed groups
+        turn it off whatever the config says)."""
+        return self._reuse is not None and seams.partial_reuse_allowed(self.kv_cache_config.enable_partial_reuse,
+                                                                        self._compress_ratios)
+
+    # ---- a request with token ids ------------------------------------------------------------------------
+    def add_sequence(self, request_id, token_ids, *, lora_task_id=None, cache_salt=None, retention_config=None) -> int:
+        """Make the request, take its cached prefix and return the prepopulated prompt length (tokens whose KV
+        is already in its blocks, always below ``len(token_ids)``). All or nothing: OutOfPagesError (a partial
+        copy or a page to fill needs a block that is not there) leaves every count, the tree and the pools as
+        they were."""
+        validation.request_id(request_id)
+        if request_id in self._seqs:
+            raise ConfigError("request_id", request_id, "is already held by this manager")
+        tokens = _token_ids("token_ids", token_ids)
+        validation.count("token_ids", len(tokens), 1, self.max_seq_len, "max_seq_len; the value is the length")
+        if retention_config is None:
+            retention = KvCacheRetentionConfig()
+        elif isinstance(retention_config, KvCacheRetentionConfig):
+            retention = retention_config
+        else:
+            raise ConfigError("retention_config", retention_config, "must be a kvcm.KvCacheRetentionConfig or None")
+        for name, value in (("lora_task_id", lora_task_id), ("cache_salt", cache_salt)):
+            if value is not None:
+                validation.request_id(value) if name == "cache_salt" else validation.count(name, value)
+        state = ReuseState(tokens, (lora_task_id, cache_salt), len(tokens), retention.priority,
+                           retention.decode_priority, retention_config is not None)
+        tpb = self.tokens_per_block
+        cache = self._reuse
+        if cache is None:
+            blocks = [[] for _ in self.layer_groups]
+            match = None
+        else:
+            match = self._find(state, tokens)
+            blocks = self._take(request_id, match, state)
+        seq = self._new_seq(request_id)
+        seq.blocks = blocks
+        seq.reuse = state
+        length = 0 if match is None else match.length(tpb)
+        seq.capacity = seq.history = state.prepopulated = length
+        if match is not None:
+            for group in self.layer_groups:
+                if not group.is_full:
+                    seq.stale_done[group.index] = min(group.stale_range(length, tpb)[1], len(blocks[group.index]))
+        context = ceil_div(len(tokens), tpb)
+        reused = 0 if match is None else len(match.nodes) + (match.partial is not None)
+        copied = 0 if match is None else int(match.partial is not None and not match.in_place)
+        c = state.counters
+        c.reused_blocks, c.missed_blocks = reused, context - reused
+        c.alloc_total_blocks, c.alloc_new_blocks = context, context - reused + copied
+        c.reused_tokens, c.queried_tokens = length, len(tokens)
+        self._reuse_totals.add(c)
+        return length
+
+    def _find(self, state: ReuseState, tokens: list[int]):
+        cfg = self.kv_cache_config
+        lookup = tokens[:seams.lookup_length(len(tokens))]
+        return find_match(self._reuse, self._reuse.tree.root(state.scope), lookup, self.tokens_per_block,
+                          self.layer_groups, self._reuse_policy, partial=self.enable_partial_reuse,
+                          copy_on_partial_reuse=cfg.copy_on_partial_reuse)
+
+    def _take(self, request_id, match, state: ReuseState) -> list[list[int]]:
+        """Claim the match's pages (and copy or take over the partial block): checked first, then done."""
+        cache, policy, tpb = self._reuse, self._reuse_policy, self.tokens_per_block
+        length = match.length(tpb)
+        plans, needs = [], []
+        for group, pool in zip(self.layer_groups, self.pools):
+            g = group.index
+            plan = [(i, node) for i, node in enumerate(match.nodes) if policy.needed(group, i, length, tpb)]
+            fresh = sum(1 for _, node in plan if node.pages[g] < 0)
+            fresh += int(match.partial is not None and not match.in_place)
+            unheld = sum(1 for _, node in plan if node.pages[g] >= 0 and node.refs[g] == 0)
+            if match.partial is not None and match.partial.refs[g] == 0:
+                unheld += 1        # taken over in place, or held while it is copied
+            if fresh > pool.num_available - unheld:
+                raise OutOfPagesError(request_id, g, fresh, pool.num_available - unheld, "reuse: partial copy")
+            plans.append(plan)
+            needs.append(fresh)
+        tables = []
+        for group, pool, plan in zip(self.layer_groups, self.pools, plans):
+            g = group.index
+            table = [-1] * len(match.nodes)
+            for i, node in plan:
+                table[i] = cache.claim(node, g) if node.pages[g] >= 0 else -2   # -2: a fresh page, below
+            tables.append(table)
+        source = match.partial
+        for g, table in enumerate(tables):
+            if source is not None and match.in_place:
+                table.append(cache.unset_page(source, g, free=False))   # the leaf leaves the tree, now private
+            elif source is not None:
+                cache.claim(source, g)       # held while the copy's page is found: never its own victim
+        for g, (pool, table, need) in enumerate(zip(self.pools, tables, needs)):
+            fresh = iter(pool.allocate(need))
+            for i, page in enumerate(table):
+                if page == -2:
+                    table[i] = next(fresh)
+            if source is not None and not match.in_place:
+                table.append(next(fresh))
+                self._copy_rows(g, source.pages[g], table[-1], match.partial_len)
+                cache.unclaim(source, g)
+        return tables
+
+    def _copy_rows(self, g: int, src: int, dst: int, n: int) -> None:
+        """The partial copy: the first ``n`` token rows of every layer of the group (real pools only)."""
+        if self.pools[g].storage is None:
+            return
+        for layer in self.layer_groups[g].layers:
+            view = self.layer_kv(layer)
+            rows = n // self.model.layers[layer].compress_ratio
+            view[dst, :, :rows] = view[src, :, :rows]
+
+    def get_prepopulated_prompt_len(self, request_id) -> int:
+        state = self._seq(request_id).reuse
+        return 0 if state is None else state.prepopulated
+
+    def append_tokens(self, request_id, token_ids) -> None:
+        """The tokens a generation step accepted. V1 stores each block as it fills (its KV is final once
+        history passes it: call this after ``end_generation``); V2's wrapper stores prompt tokens only."""
+        seq = self._seq(request_id)
+        if seq.reuse is None:
+            raise ConfigError("request_id", request_id, "was not made by add_sequence with token ids; "
+                              "append_tokens needs a request whose tokens the manager knows")
+        state = seq.reuse
+        state.tokens.extend(_token_ids("token_ids", token_ids, allow_empty=True))
+        self._on_decode_tokens(seq)
+
+    def _on_decode_tokens(self, seq) -> None:
+        """Overridden by V1 (decode stores); V2 stores nothing after the prompt."""
+
+    def _store(self, seq, upto: int, when: str, *, partial: bool) -> None:
+        if self._reuse is None or upto <= 0:
+            return
+        policy = self._reuse_policy
+        store(self._reuse, seq.reuse, seq.blocks, upto, policy.store_groups(self.layer_groups, when),
+              partial=partial, rebase=policy.rebase, tpb=self.tokens_per_block)
+
+    def _free_reuse(self, seq) -> None:
+        """Give back a request made with token ids: tree pages lose a reference, private pages go free."""
+        cache = self._reuse
+        for g, (pool, blocks) in enumerate(zip(self.pools, seq.blocks)):
+            if cache is None:
+                pool.release(blocks)
+            else:
+                cache.release(g, blocks)
+
+    # ---- counts and stats ------------------------------------------------------------------------------
+    def _reported_group(self) -> int:
+        """The group ``get_num_free_blocks`` reports: the most constrained full one (any when none is full)."""
+        groups = [g.index for g in self.layer_groups if g.is_full] or [g.index for g in self.layer_groups]
+        return min(groups, key=lambda g: seams.free_blocks(self.pools[g].num_free, self.pools[g].num_reusable))
+
+    def get_block_counts(self, group: int | None = None) -> BlockCounts:
+        """``free`` (never used or evicted), ``reusable`` (cached, unreferenced) and ``in_use`` (held by a
+        request) blocks of one group (None: the group ``get_num_free_blocks`` reports)."""
+        g = self._reported_group() if group is None else validation.count("group", group, 0,
+                                                                           len(self.pools) - 1, "layer groups")
+        if self._reuse is None:
+            pool = self.pools[g]
+            return BlockCounts(pool.num_free, 0, pool.num_used, pool.num_blocks)
+        return self._reuse.counts(g)
+
+    def get_num_reusable_blocks(self) -> int:
+        return self.get_block_counts().reusable
+
+    def count_reusable_blocks(self, token_ids, *, lora_task_id=None, cache_salt=None,
+                              only_allocated: bool = True) -> int:
+        """Whole blocks of this prompt's cached prefix an admission may credit (TensorRT-LLM
+        ``countReusableBlocks``): with ``only_allocated``, only blocks a running request holds, since cached
+        blocks nobody holds are in the free count already. Changes nothing."""
+        tokens = _token_ids("token_ids", token_ids)
+        validation.flag("only_allocated", only_allocated)
+        if self._reuse is None:
+            return 0
+        state = ReuseState(tokens, (lora_task_id, cache_salt), len(tokens), DEFAULT_RETENTION_PRIORITY,
+                           DEFAULT_RETENTION_PRIORITY, False)
+        match = self._find(state, tokens)
+        return seams.reusable_credit([min(node.refs) for node in match.nodes], only_allocated)
+
+    def get_kv_cache_stats(self) -> KvCacheStats:
+        g = self._reported_group()
+        pool, t = self.pools[g], self._reuse_totals
+        free = seams.free_blocks(pool.num_free, pool.num_reusable)
+        return KvCacheStats(pool.num_blocks, free, pool.num_blocks - free, self.tokens_per_block, t.reused_blocks,
+                            t.missed_blocks, t.alloc_total_blocks, t.alloc_new_blocks, t.cache_hit_rate,
+                            t.reused_tokens, t.queried_tokens)
+
+    def get_request_stats(self, request_id) -> RequestReuseStats:
+        state = self._seq(request_id).reuse
+        c = ReuseCounters() if state is None else state.counters
+        return RequestReuseStats(c.reused_blocks, c.missed_blocks, c.alloc_total_blocks, c.alloc_new_blocks,
+                                 c.cache_hit_rate, 0 if state is None else state.prepopulated)
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block; False, with nothing changed, while a live request holds any block."""
+        if any(b >= 0 for seq in self._seqs.values() for blocks in seq.blocks for b in blocks):
+            return False
+        if self._reuse is not None:
+            self._reuse.reset()
+        return True
+
+    def page_state(self, group: int, block: int) -> str:
+        """V2's page states for tests: ``FREE`` (in the free list), ``DROPPABLE`` (cached, nobody holds it),
+        ``HELD`` (held only by requests whose context has not begun: TensorRT-LLM's suspended cache),
+        ``LOCKED`` (held by a running request)."""
+        g = validation.count("group", group, 0, len(self.pools) - 1, "layer groups")
+        block = validation.count("block", block, 0, self.pools[g].num_blocks - 1, "blocks of the group")
+        if not self.pools[g].is_used(block):
+            return "FREE"
+        holders = [seq for seq in self._seqs.values() if block in seq.blocks[g]]
+        if not holders:
+            return "DROPPABLE"
+        if all(seq.reuse is not None and not seq.reuse.started for seq in holders):
+            return "HELD"
+        return "LOCKED"

@@ -1,0 +1,153 @@
+"""The reuse cache of one manager: the tree, the references requests hold on its pages, eviction into the pools.
+
+A page is either private (one request's, never in the tree) or a tree page (found through ``page_node``),
+held by ``refs`` requests. A tree page nobody holds is *reusable*: out of its pool's free list, counted in
+``pool.num_reusable`` and evicted (``evict``) when an allocation needs it. Every page leaves for its pool through
+``seams.release_block``. The per-version choices (what a match may take, when blocks are stored) are the
+``policy``'s (``kvcm.reuse.policy``); this module only keeps the books.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .. import seams
+from .eviction import EvictionQueue
+from .stats import BlockCounts, ReuseCounters
+from .tree import Node, RadixTree
+
+
+class ReuseCache:
+    def __init__(self, pools, groups, leaf_only: list[bool]):
+        self.pools = pools
+        self.groups = groups
+        self.tree = RadixTree(len(pools))
+        self.queues = [EvictionQueue(g, leaf) for g, leaf in enumerate(leaf_only)]
+        self.page_node: list[dict[int, Node]] = [{} for _ in pools]
+        self.referenced = [0] * len(pools)     # tree pages some request holds
+        self.totals = ReuseCounters()
+        for g, pool in enumerate(pools):
+            pool.evict = functools.partial(self.evict, g)
+
+    # ---- references ---------------------------------------------------------------------------------------
+    def claim(self, node: Node, g: int) -> int:
+        """A request takes the node's page in group g; returns the page."""
+        if node.refs[g] == 0:
+            self.referenced[g] += 1
+            self.pools[g].num_reusable -= 1
+        node.refs[g] += 1
+        return node.pages[g]
+
+    def unclaim(self, node: Node, g: int) -> None:
+        """Undo a ``claim`` made for a moment (a partial copy's source): its place in the eviction order is kept."""
+        node.refs[g] -= 1
+        if node.refs[g] == 0:
+            self.referenced[g] -= 1
+            self.pools[g].num_reusable += 1
+            self.queues[g].push(node)
+
+    def drop(self, node: Node, g: int) -> None:
+        """A request lets go of the node's page in group g."""
+        node.refs[g] -= 1
+        left = node.refs[g]
+        self.pools[g].num_reusable += seams.reusable_gain(left)
+        if left == 0:
+            self.referenced[g] -= 1
+            queue = self.queues[g]
+            node.stamps[g] = queue.next_stamp()
+            queue.push(node)
+            queue.compact(self.pools[g].num_reusable)
+
+    def is_tree_page(self, g: int, page: int) -> bool:
+        node = self.page_node[g].get(page)
+        return node is not None and node.pages[g] == page
+
+    def release(self, g: int, pages) -> None:
+        """A request gives back these pages of group g: tree pages lose a reference, private ones go free.
+        Last block first, so that the deepest block of a prefix is the least recently released (evicted first)."""
+        pool, owners = self.pools[g], self.page_node[g]
+        for page in reversed(pages):
+            if page < 0:
+                continue
+            node = owners.get(page)
+            if node is not None and node.pages[g] == page:
+                self.drop(node, g)
+            else:
+                seams.release_block(pool, page)
+
+    def release_gain(self, g: int, pages) -> int:
+        """How many of these pages an allocation could use once the request gives them back."""
+        owners = self.page_node[g]
+        gain = 0
+        for page in pages:
+            node = owners.get(page)
+            if page >= 0 and (node is None or node.pages[g] != page or node.refs[g] == 1):
+                gain += 1
+        return gain
+
+    # ---- the tree's pages -----------------------------------------------------------------------------------
+    def set_page(self, node: Node, g: int, page: int) -> None:
+        """A request's private page becomes the node's (held by that request: one reference)."""
+        node.pages[g] = page
+        node.refs[g] = 1
+        self.referenced[g] += 1
+        self.page_node[g][page] = node
+        if node.parent is not None:
+            node.parent.child_pages[g] += 1
+
+    def unset_page(self, node: Node, g: int, *, free: bool) -> int:
+        """Take the node's page in group g out of the tree; with ``free`` it goes back to the pool (an eviction),
+        otherwise it stays with the request that holds it (a partial block taken over in place)."""
+        page = node.pages[g]
+        del self.page_node[g][page]
+        node.pages[g] = -1
+        if node.refs[g] == 0:
+            self.pools[g].num_reusable -= 1
+        else:
+            self.referenced[g] -= 1
+        node.refs[g] = 0
+        if free:
+            seams.release_block(self.pools[g], page)
+        parent = node.parent
+        if parent is not None:
+            parent.child_pages[g] -= 1
+            if parent.parent is not None and parent.child_pages[g] == 0 and parent.pages[g] >= 0 \
+                    and parent.refs[g] == 0:
+                self.queues[g].push(parent)
+        self._prune(node)
+        return page
+
+    def _prune(self, node: Node) -> None:
+        """Nodes with no page in any group and no children are unreachable for every group: drop them."""
+        while node.parent is not None and not node.children and not node.has_pages():
+            parent = node.parent
+            self.tree.remove(node)
+            node = parent
+
+    def evict(self, g: int, n: int) -> None:
+        """Put ``n`` cached pages of group g back into its free list (a pool's allocation asks)."""
+        queue = self.queues[g]
+        for _ in range(n):
+            victim = queue.pop_victim()
+            if victim is None:
+                raise RuntimeError(f"layer group {g}: no cached block can be evicted")
+            self.unset_page(victim, g, free=True)
+
+    def reset(self) -> None:
+        """Drop every cached page (the caller checked that no request holds any)."""
+        for g in range(len(self.pools)):
+            for page, node in list(self.page_node[g].items()):
+                node.pages[g] = -1
+                seams.release_block(self.pools[g], page)
+            self.page_node[g].clear()
+            self.pools[g].num_reusable = 0
+            self.referenced[g] = 0
+            self.queues[g] = EvictionQueue(g, self.queues[g].leaf_only)
+        self.tree = RadixTree(len(self.pools))
+
+    # ---- counts ---------------------------------------------------------------------------------------------
+    def counts(self, g: int) -> BlockCounts:
+        """Free, reusable and in use, each counted on its own: in use is private pages plus held tree pages."""
+        pool = self.pools[g]
+        private = pool.num_used - len(self.page_node[g])
+        return BlockCounts(pool.num_free, pool.num_reusable, private + self.referenced[g], pool.num_blocks)

@@ -1,0 +1,197 @@
+"""What each version matches and stores (docs/semantics.md 11): TensorRT-LLM V1's ``WindowBlockManager`` and
+V2's ``_KVCache`` with its wrapper differ in the partial block, in what a match needs and in when blocks become
+reusable. The cache (``kvcm.reuse.cache``) keeps the books; a policy decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import seams
+from .tree import Node
+
+V2_PARTIAL_CHILD_LIMIT = 32
+"""V2 skips the partial match under a node with this many children (TensorRT-LLM TRTLLM-7784)."""
+
+
+@dataclass
+class Match:
+    """A request's hit: the whole blocks it reuses and at most one partly matched block after them."""
+
+    nodes: list[Node] = field(default_factory=list)
+    partial: Node | None = None
+    partial_len: int = 0
+    in_place: bool = False     # V1: an unreferenced leaf taken over instead of copied
+
+    def length(self, tpb: int) -> int:
+        return len(self.nodes) * tpb + self.partial_len
+
+
+def chop(tokens, upto: int, tpb: int, partial: bool) -> list[tuple]:
+    """``tokens[:upto]`` as blocks of ``tpb`` (and the shorter rest, with ``partial``)."""
+    out = [tuple(tokens[i:i + tpb]) for i in range(0, upto - upto % tpb, tpb)]
+    if partial and upto % tpb:
+        out.append(tuple(tokens[upto - upto % tpb:upto]))
+    return out
+
+
+def _leading(nodes: list[Node], g: int, n: int) -> int:
+    for i in range(n):
+        if nodes[i].pages[g] < 0:
+            return i
+    return n
+
+
+class V1Policy:
+    """TensorRT-LLM V1: every group (window) keeps every block, so a match needs each block's page in every
+    group; the groups' lengths are combined by ``seams.window_reuse_length`` (the minimum, PR #10875). A partial
+    match takes an unreferenced leaf in place, otherwise copies it (when ``copy_on_partial_reuse``)."""
+
+    partial_child_limit = None
+    rebase = False
+
+    @staticmethod
+    def leaf_only(groups) -> list[bool]:
+        return [True] * len(groups)
+
+    def trim(self, nodes: list[Node], groups, tpb: int) -> int:
+        return seams.window_reuse_length([_leading(nodes, g.index, len(nodes)) for g in groups])
+
+    @staticmethod
+    def needed(group, index: int, length: int, tpb: int) -> bool:
+        return True
+
+    @staticmethod
+    def partial_mode(node: Node, copy_on_partial_reuse: bool) -> str | None:
+        """'in_place', 'copy' or None (not eligible)."""
+        if not any(node.refs) and node.is_leaf:
+            return "in_place"
+        return "copy" if copy_on_partial_reuse else None
+
+    @staticmethod
+    def store_groups(groups, when: str) -> list[int]:
+        """Context end and decode store full-attention groups only (TensorRT-LLM: "SWA cannot store new blocks
+        on the fly"); release stores every group (kvcm's V1 keeps every block, so each stays valid)."""
+        if when == "release":
+            return [g.index for g in groups]
+        return [g.index for g in groups if g.is_full]
+
+
+class V2Policy:
+    """TensorRT-LLM V2: a match keeps the blocks for which every full group has a page and, in each sliding
+    group, the pages of the window at the final length (to a fixed point: a shorter match moves the window).
+    The partial block is always copied. The wrapper commits prompt tokens only; a committed block that is
+    already in the tree is swapped for the tree's page (rebased)."""
+
+    partial_child_limit = V2_PARTIAL_CHILD_LIMIT
+    rebase = True
+
+    @staticmethod
+    def leaf_only(groups) -> list[bool]:
+        """A full group's page is evicted only as a leaf (descendants would be unreachable); a sliding group's
+        page may go from the middle (TensorRT-LLM drops just that page)."""
+        return [g.is_full for g in groups]
+
+    @staticmethod
+    def needed(group, index: int, length: int, tpb: int) -> bool:
+        lo, hi = group.stale_range(length, tpb)
+        return not lo <= index < hi
+
+    def _group_length(self, nodes: list[Node], group, n: int, tpb: int) -> int:
+        g = group.index
+        if group.is_full:
+            return _leading(nodes, g, n)
+        m = n
+        while True:
+            missing = next((i for i in range(m) if self.needed(group, i, m * tpb, tpb) and nodes[i].pages[g] < 0),
+                           None)
+            if missing is None:
+                return m
+            m = missing
+
+    def trim(self, nodes: list[Node], groups, tpb: int) -> int:
+        n = len(nodes)
+        while True:
+            new = seams.window_reuse_length([self._group_length(nodes, g, n, tpb) for g in groups])
+            if new >= n:
+                return n
+            n = new
+
+    @staticmethod
+    def partial_mode(node: Node, copy_on_partial_reuse: bool) -> str | None:
+        return "copy"
+
+    @staticmethod
+    def store_groups(groups, when: str) -> list[int]:
+        return [g.index for g in groups]
+
+
+def find_match(cache, root: Node | None, lookup: list, tpb: int, groups, policy, *, partial: bool,
+               copy_on_partial_reuse: bool) -> Match:
+    """The hit of ``lookup`` (the tokens looked up, last token already left out): changes nothing."""
+    blocks = chop(lookup, len(lookup), tpb, partial=True)
+    full = [b for b in blocks if len(b) == tpb]
+    walked = cache.tree.walk(root, full)
+    n = min(policy.trim(walked, groups, tpb), len(walked))
+    match = Match(walked[:n])
+    if not partial or n < len(walked) or root is None or n >= len(blocks):
+        return match
+    parent = walked[n - 1] if n else root
+    limit = policy.partial_child_limit
+    if limit is not None and len(parent.children) >= limit:
+        return match
+    rest = blocks[n]
+    for common, node in cache.tree.partial_candidates(parent, rest):
+        if common == 0 or any(node.pages[g.index] < 0 for g in groups):
+            continue
+        mode = policy.partial_mode(node, copy_on_partial_reuse)
+        if mode is not None:
+            match.partial, match.partial_len, match.in_place = node, common, mode == "in_place"
+            break
+    return match
+
+
+def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int], *, partial: bool, rebase: bool,
+          tpb: int) -> None:
+    """File the request's blocks of ``tokens[:upto]`` under its scope: a block not in the tree gets the
+    request's page; one already there keeps the tree's (V1: the request's duplicate stays private and goes back
+    to the pool at release; V2: the request takes the tree's page and gives its own back)."""
+    tree = cache.tree
+    parent = tree.root(state.scope, create=True)
+    blocks = chop(state.tokens, upto, tpb, partial)
+    node = parent
+    for i, tokens in enumerate(blocks):
+        node = tree.child(parent, tokens)
+        if node is None:
+            if rebase and len(tokens) < tpb and _covered_by_sibling(parent, tokens):
+                break          # V2's UselessBlockError (V1 files the partial block beside the longer one)
+            priority = state.priority if i * tpb < state.prompt_len else state.decode_priority
+            node = tree.add_child(parent, tokens, priority)
+            if rebase and len(tokens) == tpb:
+                _drop_covered_partials(cache, parent, tokens)
+        for g in group_ids:
+            page = table[g][i]
+            if page < 0 or node.pages[g] == page or cache.is_tree_page(g, page):
+                continue
+            if node.pages[g] < 0:
+                cache.set_page(node, g, page)
+            elif rebase:
+                table[g][i] = cache.claim(node, g)
+                seams.release_block(cache.pools[g], page)
+        parent = node
+    if node is not None and node.parent is not None:
+        cache._prune(node)
+
+
+def _covered_by_sibling(parent: Node, tokens: tuple) -> bool:
+    return any(len(s.tokens) > len(tokens) and s.tokens[:len(tokens)] == tokens
+               for s in parent.by_first.get(tokens[0], ()))
+
+
+def _drop_covered_partials(cache, parent: Node, tokens: tuple) -> None:
+    """A full block makes a shorter partial sibling with its prefix useless: evict it if nobody holds it."""
+    for s in list(parent.by_first.get(tokens[0], ())):
+        if len(s.tokens) < len(tokens) and tokens[:len(s.tokens)] == s.tokens and not any(s.refs) and s.is_leaf:
+            for g, page in enumerate(s.pages):
+                if page >= 0:
+                    cache.unset_page(s, g, free=True)

@@ -1,0 +1,71 @@
+"""The numbers reuse reports, under TensorRT-LLM's names (``KvCacheStats``, the per-request block counters).
+
+TensorRT-LLM counts blocks: ``cache_hit_rate = reused / (reused + missed)``. vLLM counts tokens
+(``prefix_cache_hits / prefix_cache_queries``); ``reused_tokens`` and ``queried_tokens`` give that rate too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BlockCounts:
+    """One group's pool split three ways: never used or evicted (``free``), cached and referenced by no request
+    (``reusable``), held by a request (``in_use``). Each block is in exactly one: the three add up to ``total``."""
+
+    free: int
+    reusable: int
+    in_use: int
+    total: int
+
+
+@dataclass
+class ReuseCounters:
+    """What matching did, for one request or summed over a manager (TensorRT-LLM's ``mReusedBlocks`` ...)."""
+
+    reused_blocks: int = 0        # context blocks taken from the cache, full or partial
+    missed_blocks: int = 0        # context blocks computed afresh
+    alloc_total_blocks: int = 0   # context blocks of the request(s): reused + missed
+    alloc_new_blocks: int = 0     # context blocks taken from the free pool: missed + partial copies
+    reused_tokens: int = 0        # prompt tokens whose KV came from the cache (the prepopulated length)
+    queried_tokens: int = 0       # prompt tokens looked up
+
+    def add(self, other: "ReuseCounters") -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    @property
+    def cache_hit_rate(self) -> float:
+        looked = self.reused_blocks + self.missed_blocks
+        return self.reused_blocks / looked if looked else 0.0
+
+
+@dataclass(frozen=True)
+class RequestReuseStats:
+    """One request's reuse (TensorRT-LLM's ``LlmRequest`` per-request KV cache counters)."""
+
+    reused_blocks: int
+    missed_blocks: int
+    alloc_total_blocks: int
+    alloc_new_blocks: int
+    cache_hit_rate: float
+    prepopulated_prompt_len: int
+
+
+@dataclass(frozen=True)
+class KvCacheStats:
+    """The manager's cache statistics (TensorRT-LLM's ``KvCacheStats``, the most constrained full group for the
+    block counts): ``free_num_blocks`` counts cached, unreferenced blocks as free, as upstream."""
+
+    max_num_blocks: int
+    free_num_blocks: int
+    used_num_blocks: int
+    tokens_per_block: int
+    reused_blocks: int
+    missed_blocks: int
+    alloc_total_blocks: int
+    alloc_new_blocks: int
+    cache_hit_rate: float
+    reused_tokens: int
+    queried_tokens: int
