@@ -31,7 +31,7 @@ for part in "${parts[@]}"; do
         | quiet | tee "$out/throughput.log" ;;
     lane)
       timeout -s INT "$budget" python3 -m pytest -p pytest_kvcm.plugin --kvcm-lane=l0_h200 --kvcm-version=both \
-        --kvcm-slow -q -rs 2>&1 | tail -80 > "$out/lane.log"
+        --kvcm-slow -q -ra 2>&1 | tail -80 > "$out/lane.log"
       tail -30 "$out/lane.log" ;;
     spec)
       timeout "$budget" python3 benchmarks/gpu_spec.py --json "$out/gpu_spec.json" 2>&1 | quiet \

@@ -57,7 +57,7 @@ def run_lane(lane: str, defect: str | None, extra: list[str], workdir: Path, tes
     """One pytest process: the lane, or just ``tests`` (node ids) when given; ``defect`` injected if any."""
     junit = workdir / f"{label or defect or 'clean'}.xml"
     select = list(tests) if tests else [f"--kvcm-lane={lane}"]
-    cmd = [sys.executable, "-m", "pytest", *plugin_args(), *select, "--kvcm-version=both", "-q", "-p", "no:randomly",
+    cmd = [sys.executable, "-m", "pytest", *plugin_args(), *select, "--kvcm-version=both", "-q", "-ra", "-p", "no:randomly",
            f"--junitxml={junit}", *extra]
     if defect:
         cmd.append(f"--kvcm-inject={defect}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from .adapter_check import check_registered
 from .contract import TargetUnavailable
-from .registry import build_target_registry
+from .registry import BUILTIN_TARGETS, build_target_registry
 
 DEFAULT = "kvcm-v1,kvcm-v2,kvcm-v4,trtllm,hf"
 
@@ -31,7 +32,8 @@ def selected_targets(config) -> list[str]:
 
 def pytest_configure(config):
     config._kvcm_targets = build_target_registry(config.pluginmanager)
-    selected_targets(config)  # a bad name is a usage error before collection
+    # a bad name, or a user's adapter that lacks a method or returns the wrong type, is a usage error before collection
+    check_registered(config._kvcm_targets, selected_targets(config), BUILTIN_TARGETS)
 
 
 def pytest_generate_tests(metafunc):

@@ -194,10 +194,10 @@ def test_waives_apply_after_selection_and_without_a_lane(pytester, project):
         suites/b SKIP (b is flaky)   # a directory
     """))
     project("l0_cpu", "l0_cpu:\n- tests: [suites/a/test_a.py::test_two, suites/a/test_a.py::test_one]\n")
-    result = run(pytester, "--kvcm-lane=l0_cpu", "-rs")
+    result = run(pytester, "--kvcm-lane=l0_cpu", "-ra")
     result.assert_outcomes(passed=1, skipped=1, deselected=2)
     result.stdout.fnmatch_lines(["*1 waived*", "SKIPPED*issue 7: window (ci/waives.txt:3)"], consecutive=False)
-    result = run(pytester, "-rs", "suites")  # no lane: waives still apply
+    result = run(pytester, "-ra", "suites")  # no lane: waives still apply
     result.assert_outcomes(passed=3, skipped=3)
     result = run(pytester, "--kvcm-waives=ci/none.txt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

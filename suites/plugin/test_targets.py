@@ -60,7 +60,7 @@ from pytest_kvcm.targets import PoolSpec
 def test_x(kvcm_target):
     kvcm_target(PoolSpec(num_pages=4))
 """)
-    result = pytester.runpytest_subprocess("--kvcm-target=absent", "-rs")
+    result = pytester.runpytest_subprocess("--kvcm-target=absent", "-ra")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*target absent: pip install absent-engine*"])
 
