@@ -86,6 +86,7 @@ class ReuseMixin:
                            retention.decode_priority, retention_config is not None)
         tpb = self.tokens_per_block
         cache = self._reuse
+        fresh_before = self.pools[self._reported_group()].num_free
         if cache is None:
             blocks = [[] for _ in self.layer_groups]
             match = None
@@ -106,7 +107,10 @@ class ReuseMixin:
         copied = 0 if match is None else int(match.partial is not None and not match.in_place)
         c = state.counters
         c.reused_blocks, c.missed_blocks = reused, context - reused
-        c.alloc_total_blocks, c.alloc_new_blocks = context, context - reused + copied
+        # TensorRT-LLM counts a block in alloc_total each time one is taken from the free pool (a miss or a partial
+        # copy) and in alloc_new when it held no cached tokens (it did not evict a cached block)
+        c.alloc_total_blocks = context - reused + copied
+        c.alloc_new_blocks = min(c.alloc_total_blocks, fresh_before)
         c.reused_tokens, c.queried_tokens = length, len(tokens)
         self._reuse_totals.add(c)
         return length
