@@ -149,3 +149,63 @@ def test_repeated_block_aligned_prompt(kvcm_target):
     t.free("1")
     assert t.free_pages() == 10
     assert t.cached_pages() == (4 if "duplicate_blocks" in t.differences else 3)
+
+
+def test_running_request_s_hit_blocks_are_never_evicted(kvcm_target):
+    """A request that runs on cached blocks pins them: a miss that needs every free page evicts only the blocks
+    nobody holds (TensorRT-LLM #17926: radix blocks detached under a live request; vLLM touch() takes hit blocks
+    out of the free queue)."""
+    t = _pool(kvcm_target)
+    assert t.allocate_prompt("a", COMMON) == 0
+    t.free("a")
+    assert t.allocate_prompt("d", [8] * PS * 2) == 0
+    t.free("d")
+    hit = t.allocate_prompt("b", COMMON + [4] * 7)
+    assert hit in (32, 48)
+    cached_hit = t.lookup(COMMON + [5] * 7)
+    free = t.free_pages()
+    assert free == 10 - 4, f"{t}: the running request holds four pages"
+    assert t.allocate_prompt("c", [99] * (PS * free)) == 0, f"{t}: {free} free pages, cached ones included"
+    assert t.free_pages() == 0, f"{t}: {t.free_pages()} pages free after a miss took all of them"
+    assert t.allocate_prompt("e", [5] * PS) is None
+    assert t.lookup(COMMON + [5] * 7) == cached_hit, f"{t}: the running request's blocks were evicted"
+    assert t.lookup([8] * PS * 2 + [1]) == 0, f"{t}: the unheld blocks should have gone first"
+
+
+def test_colliding_digest_is_not_a_hit(kvcm_target):
+    """Keys compare the tokens (or a strong digest of them: vLLM's sha256 since GHSA-rm76-4mrf-v9r8 / PR #12621):
+    blocks with the same multiset of tokens in another order share nothing."""
+    t = _pool(kvcm_target)
+    assert t.allocate_prompt("0", [1, 2] * (PS // 2) * 3 + [3] * 7) == 0
+    t.free("0")
+    assert t.lookup([2, 1] * (PS // 2) * 3 + [3] * 7) == 0
+    assert t.allocate_prompt("1", [2, 1] * (PS // 2) * 3 + [3] * 7) == 0
+    assert t.lookup([1, 2] * (PS // 2) * 3 + [4] * 7) == 48
+
+
+def test_hybrid_hit_is_the_shortest_over_its_groups(kvcm_target):
+    """A model with a sliding-window group beside the full one: a hit must hold in every group, so it is the
+    shortest over them (TensorRT-LLM PR #10875 / PR #2983 took one window's or the longest)."""
+    t = kvcm_target(PoolSpec(num_pages=32, page_size=PS, sliding_window=2 * PS, max_model_len=8192, reuse=True))
+    t.require_reuse()
+    t.require("page_size")
+    assert t.allocate_prompt("0", COMMON + [3] * 7) == 0
+    running = 0 if "window_stored_at_release" in t.differences else 48
+    assert t.lookup(COMMON + [4] * 7) == running, f"{t}: the window group has no block of the prefix yet"
+    assert t.allocate_prompt("1", COMMON + [4] * 7) == running
+    t.free("0")
+    t.free("1")
+    assert t.lookup(COMMON + [5] * 7) == 48
+    assert t.allocate_prompt("2", COMMON + [5] * 7) == 48
+
+
+def test_reuse_is_whole_blocks_only(kvcm_target):
+    """A prompt that shares two blocks and a quarter of the third reuses the two blocks: vLLM has no partial
+    reuse, and DeepSeek-V4 turns it off whatever the config says (its compressed groups hold rows of whole
+    blocks: TensorRT-LLM's DeepseekV4CacheManager _supports_partial_reuse = False)."""
+    t = kvcm_target(PoolSpec(num_pages=16, max_model_len=4096, reuse=True))
+    t.require_reuse()
+    ps = t.page_size
+    assert t.allocate_prompt("a", [1] * (2 * ps + ps // 2)) == 0
+    t.free("a")
+    assert t.allocate_prompt("b", [1] * (2 * ps + ps // 4) + [2] * ps) == 2 * ps

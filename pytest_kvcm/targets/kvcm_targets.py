@@ -119,10 +119,23 @@ class KvcmV4Target(KvcmV2Target):
                                  "takes a page in every one, so free pages are the smallest pool's free count",
                    "exact_pool_size": "the token quota is split between pools by a typical step: each pool holds at "
                                       "least the pages asked, the full-length ones more",
-                   "window": "the sliding window is W + max_draft_len (docs/semantics.md 5)",
-                   "reuse": "pools of different needs per token (compressed, indexer, sliding): one free count cannot "
-                            "admit a prompt; its whole-block reuse is tested at the manager level"}
-    supports_reuse = False
+                   "window": "the sliding window is W + max_draft_len (docs/semantics.md 5)"}
+    # reuse: asked with partial reuse on (TensorRT-LLM's default), which DeepSeek-V4 must force off
+
+    def _allocate_prompt(self, rid, token_ids):
+        """Pools of different needs per token: no single free count to admit by, so try and undo."""
+        from kvcm import OutOfPagesError
+
+        m, n = self.manager, len(token_ids)
+        try:
+            reused = m.add_sequence(rid, token_ids)
+            m.begin_context_chunk(rid, reused, n - reused, n)
+        except OutOfPagesError:
+            if m.has_request(rid):
+                m.free_resources(rid)
+            return None
+        m.end_context_chunk(rid, n)
+        return reused
 
     def __init__(self, spec: PoolSpec):
         super().__init__(spec)
@@ -135,7 +148,8 @@ class KvcmV4Target(KvcmV2Target):
         from kvcm import DeepseekV4CacheManager, DeepseekV4Spec, KvCacheConfig
 
         tpb = 256 if spec.page_size > 128 else 128
-        cfg = KvCacheConfig(tokens_per_block=tpb, max_tokens=spec.num_pages * tpb)
+        cfg = KvCacheConfig(tokens_per_block=tpb, max_tokens=spec.num_pages * tpb, enable_block_reuse=spec.reuse,
+                            enable_partial_reuse=True)
         self.window_tokens = None if spec.sliding_window is None else spec.sliding_window + spec.max_lookahead
         model = DeepseekV4Spec(compress_ratios=(4, 128), window_size=spec.sliding_window or 128)
         return DeepseekV4CacheManager(model, cfg, max_batch_size=spec.max_batch_size,
@@ -149,6 +163,9 @@ class KvcmV1Target(_KvcmTarget):
     releases_window_pages = False
     reuse_oracle = "v1"
     differences = {"sliding_window": "V1 keeps every page of a sliding-window layer; the window only bounds reads",
+                   "window_stored_at_release": "sliding-window blocks are stored at release only (TensorRT-LLM: SWA "
+                                               "cannot store new blocks on the fly): while the first request runs, "
+                                               "a hybrid model's hit is the shortest over groups, 0",
                    "last_prompt_block": "TensorRT-LLM V1 stores the prompt less its last token at context end: the "
                                         "block that holds a block-aligned prompt's last token is stored by the "
                                         "first decode step (at release, as a partial block), not with the prompt"}
