@@ -93,3 +93,12 @@ def release_block(pool, block: int) -> None:
     if not pool.is_used(block):
         raise RuntimeError(f"block {block} released twice")
     pool.push_free(block)
+
+
+# ---- block reuse in the engine (kvcm/engine/reuse.py) ----------------------------------------------------------
+@seam("where the prefill of a request admitted with a cached prefix starts: the prepopulated prompt length the "
+      "manager returned, of num_tokens known tokens (vLLM #5543 / #7845 and TensorRT-LLM #8813 / #15503: an "
+      "engine whose computed-token count disagreed with the cached blocks skipped or misplaced prompt tokens and "
+      "greedy outputs changed on repeat)")
+def prefill_start(prepopulated: int, num_tokens: int) -> int:
+    return prepopulated
