@@ -37,6 +37,14 @@ class _KvcmTarget(KVCacheTarget):
     def _free(self, rid: str) -> None:
         self.manager.free_resources(rid)
 
+    def startup_accepts(self, spec: PoolSpec, max_num_batched_tokens: int, async_scheduling: bool = False) -> bool:
+        """kvcm's own start-up rule (kvcm/startup.py); async scheduling does not change it (one batch in flight)."""
+        from kvcm import startup
+
+        windows = (None,) if spec.sliding_window is None else (None, spec.sliding_window)
+        return startup.accepts(spec.num_pages, spec.page_size, spec.max_model_len, windows=windows,
+                               reserved_pages=self.reserved_pages, max_num_batched_tokens=max_num_batched_tokens)
+
     # ---- the engine's own capacity query (TensorRT-LLM's surface; vLLM and transformers have none) ------------
     def available_tokens(self, bound: int, batch_size: int = 1, lookahead: int = 0) -> int:
         return self.manager.get_num_available_tokens(token_num_upper_bound=bound, batch_size=batch_size,
@@ -109,7 +117,8 @@ class KvcmV1Target(_KvcmTarget):
 
     name = "kvcm-v1"
     releases_window_pages = False
-    differences = {"sliding_window": "V1 keeps every page of a sliding-window layer; the window only bounds reads"}
+    differences = {"sliding_window": "V1 keeps every page of a sliding-window layer; the window only bounds reads",
+                   "startup_window": "V1 keeps every page of a sliding-window layer, so no window bound applies"}
 
     def _build(self, spec: PoolSpec):
         from kvcm import KvCacheConfig, KVCacheManagerV1
