@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import validation
 from . import sampler
 from .ngram import NgramDrafter, NgramPool  # noqa: F401  (drafters, one import)
 from .runner import ModelRunner, StepItem
@@ -28,8 +29,7 @@ class ModelDrafter:
     """A draft model with its own manager; ``graphs`` (``cuda_graph.StepGraphs``) when its steps replay."""
 
     def __init__(self, runner: ModelRunner, num_draft: int, *, name: str = "model", graphs=None):
-        if not isinstance(num_draft, int) or num_draft < 1:
-            raise ValueError(f"num_draft={num_draft!r} must be an integer >= 1")
+        num_draft = validation.count("num_draft", num_draft, 1)
         self.runner, self.manager, self.num_draft, self.graphs = runner, runner.mgr, num_draft, graphs
         self.history: dict[object, int] = {}     # tokens with KV in the draft's cache, per request
         self.stats = SpecStats(name)

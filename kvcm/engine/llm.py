@@ -17,8 +17,11 @@ from ..limits import Limits
 from ..model_spec import ModelSpec
 from ..units import human_bytes
 from .. import draft_budget
+from ..errors import ConfigError
+from . import checks
 from .cuda_graph import GraphPlan, build_cache
 from .drafters import ModelDrafter, NgramDrafter
+from . import page_usage as _page_usage
 from .pipeline import StepPipeline
 from .scheduler import Scheduler
 from .sequence import SamplingParams, Sequence
@@ -93,12 +96,16 @@ class LLM:
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
         ``draft_kvcm_version=``.
         """
-        self.model = model.to(device).eval()
-        self.tokenizer = tokenizer
-        if drafter is not None and (not isinstance(max_draft_len, int) or max_draft_len < 1):
-            raise ValueError(f"drafter={drafter!r} needs max_draft_len >= 1, got {max_draft_len!r}")
+        model, tokenizer = checks.load_model(model, tokenizer)
         # the one bundle every cache this engine builds is sized for (a draft cache: max_seq_len + D)
         self.limits = Limits(max_batch_size, max_seq_len, max_num_tokens, max_draft_len, device=device)
+        checks.check_engine_options(model, max_seq_len=max_seq_len, overlap=overlap, trace=trace,
+                                    cuda_graph=cuda_graph, graph_capture=graph_capture,
+                                    cuda_graph_batch_sizes=cuda_graph_batch_sizes,
+                                    cuda_graph_token_buckets=cuda_graph_token_buckets)
+        checks.check_drafter(drafter, max_draft_len, model)
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
         if kv_cache_config is None:
             kv_cache_config = default_kv_cache_config(model, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
                                                       device=device, max_num_tokens=max_num_tokens)
@@ -109,9 +116,8 @@ class LLM:
         draft_model = drafter if isinstance(drafter, torch.nn.Module) else None
         target_cfg = draft_cfg = kv_cache_config
         if draft_model is not None:
-            if draft_model.config.vocab_size != model.config.vocab_size:
-                raise ValueError(f"draft vocab_size={draft_model.config.vocab_size} differs from the target's "
-                                 f"{model.config.vocab_size}: the draft must share the target's tokenizer")
+            checks.check_positions("max_seq_len + max_draft_len", max_seq_len + max_draft_len, draft_model,
+                                   "the draft model's")
             free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
             target_cfg, draft_cfg = draft_budget.split_draft_budget(
                 kv_cache_config, self.model_spec, ModelSpec.from_hf_config(draft_model.config),
@@ -144,10 +150,9 @@ class LLM:
             self.draft_warmup_reports = draft.reports
         elif drafter is not None:
             self.drafter = NgramDrafter(max_draft_len) if drafter == "ngram" else drafter
-            if not hasattr(self.drafter, "draft"):
-                raise ValueError(f"drafter={drafter!r}: expected 'ngram', an NgramDrafter or a draft model")
-            if self.drafter.num_draft != max_draft_len:
-                raise ValueError(f"drafter proposes {self.drafter.num_draft} tokens, max_draft_len={max_draft_len}")
+            if getattr(self.drafter, "num_draft", None) != max_draft_len:
+                raise ConfigError("max_draft_len", max_draft_len, f"must equal the drafter's num_draft="
+                                                                  f"{getattr(self.drafter, 'num_draft', None)!r}")
         self.pipeline = StepPipeline(self, overlap=overlap)
         log.info("%r", self)
 
@@ -191,24 +196,32 @@ class LLM:
         return self.drafter.stats if self.drafter is not None else None
 
     @property
+    def page_usage(self) -> list[_page_usage.GroupUsage]:
+        """Per layer group of the target cache, for the last ``generate``: peak pages held and pages released
+        as they left a sliding window (``page_usage.py``)."""
+        return _page_usage.usage(self.manager)
+
+    @property
     def trace(self):
         return self.tracer.records if self.tracer is not None else None
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams | None = None) -> list[RequestOutput]:
-        """Greedy generation for token-id prompts; outputs in prompt order (output ids include the stop token)."""
-        params = params or SamplingParams()
+    def generate(self, prompts, params: SamplingParams | dict | None = None) -> list[RequestOutput]:
+        """Greedy generation; outputs in prompt order (output ids include the stop token). ``prompts``: token-id
+        lists, strings (with a tokenizer), vLLM prompt dicts, an integer tensor, or one prompt of any of these
+        (``checks.prompts``); ``params``: a ``SamplingParams`` or a dict of its fields. Checked before any work."""
+        params = checks.sampling_params(params, SamplingParams)
+        prompts = checks.prompts(prompts, self.tokenizer, self.model.config.vocab_size, self.max_seq_len)
         scheduler = Scheduler(self.manager, self.limits, eos_token_ids=self.eos_token_ids,
                               tokenizer=self.tokenizer, drafter=self.drafter)
         if self.drafter is not None:
             self.drafter.stats = type(self.drafter.stats)(self.drafter.stats.name)
         seqs = []
         for i, prompt in enumerate(prompts):
-            if not prompt:
-                raise ValueError(f"prompt {i} is empty")
-            seq = Sequence(list(prompt), params, index=i)
+            seq = Sequence(prompt, params, index=i)
             scheduler.add(seq)
             seqs.append(seq)
         self.last_scheduler = scheduler
+        _page_usage.reset(self.manager)
         self.pipeline.run(scheduler)
         return [self._output(s) for s in seqs]
 

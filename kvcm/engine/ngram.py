@@ -24,6 +24,7 @@ Speculation stays exact whatever the pool proposes: the target verifies every dr
 """
 from __future__ import annotations
 
+from .. import validation
 from .runner import StepItem
 from .spec_stats import SpecStats
 
@@ -110,10 +111,11 @@ class NgramDrafter:
 
     def __init__(self, num_draft: int, *, max_matching_ngram_size: int = MAX_MATCHING_NGRAM_SIZE,
                  is_keep_all: bool = True, is_use_oldest: bool = True, is_public_pool: bool = True):
-        if not isinstance(num_draft, int) or num_draft < 1:
-            raise ValueError(f"num_draft={num_draft!r} must be an integer >= 1")
-        if not isinstance(max_matching_ngram_size, int) or max_matching_ngram_size < 1:
-            raise ValueError(f"max_matching_ngram_size={max_matching_ngram_size!r} must be an integer >= 1")
+        num_draft = validation.count("num_draft", num_draft, 1)
+        max_matching_ngram_size = validation.count("max_matching_ngram_size", max_matching_ngram_size, 1)
+        for name, value in (("is_keep_all", is_keep_all), ("is_use_oldest", is_use_oldest),
+                            ("is_public_pool", is_public_pool)):
+            validation.flag(name, value)
         self.num_draft, self.max_n = num_draft, max_matching_ngram_size
         self.is_public_pool = is_public_pool
         self._pool_args = dict(is_keep_all=is_keep_all, is_use_oldest=is_use_oldest)

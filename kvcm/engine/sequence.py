@@ -6,22 +6,54 @@ preemption, since recompute prefills them again); after that each step decodes i
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
 import itertools
 from dataclasses import dataclass, field
+
+from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Greedy decoding limits. ``ignore_eos`` keeps going past the tokenizer's / model's EOS id."""
+    """Greedy decoding limits. ``ignore_eos`` keeps going past the tokenizer's / model's EOS id.
+
+    Checked like the managers' arguments (``kvcm.ConfigError`` naming the field, the value and the limit); as in
+    vLLM, one stop string may be given without a list (``stop_strings="\\n"``), and lists become tuples."""
     max_new_tokens: int = 32
     stop_token_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
     ignore_eos: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
+        from ..validation import count, flag
+        from .checks import int_list
+        count("max_new_tokens", self.max_new_tokens, 1)
+        object.__setattr__(self, "stop_token_ids", int_list("stop_token_ids", self.stop_token_ids))
+        stops = (self.stop_strings,) if isinstance(self.stop_strings, str) else self.stop_strings
+        if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
+            raise ConfigError("stop_strings", self.stop_strings, "must be a non-empty string or a list of them")
+        object.__setattr__(self, "stop_strings", tuple(stops))
+        flag("ignore_eos", self.ignore_eos)
+
+
+def _checked_init(init):
+    """An unknown keyword is a ``ConfigError`` listing the fields (vLLM's ``max_tokens`` is ``max_new_tokens``)."""
+    names = [f.name for f in dataclasses.fields(SamplingParams)]
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        unknown = [k for k in kwargs if k not in names]
+        if unknown or len(args) > len(names):
+            key = unknown[0] if unknown else "args"
+            raise ConfigError(f"SamplingParams.{key}", kwargs.get(key, args),
+                              f"is not a field; the fields are {', '.join(names)}")
+        init(self, *args, **kwargs)
+    return __init__
+
+
+SamplingParams.__init__ = _checked_init(SamplingParams.__init__)
 
 
 class Status(enum.Enum):

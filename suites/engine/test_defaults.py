@@ -18,7 +18,8 @@ from kvcm.units import human_bytes
 
 @pytest.fixture(scope="module")
 def llama():
-    return tiny_model("llama")[0]
+    # positions for the 16384-token case (LLM refuses a max_seq_len past the model's max_position_embeddings)
+    return tiny_model("llama", max_position_embeddings=16384)[0]
 
 
 def test_default_cpu_pool_is_small_and_repr_says_what_it_reserved(llama, caplog):
