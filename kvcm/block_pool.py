@@ -20,6 +20,7 @@ class BlockPool:
         self._used = bytearray(self.num_blocks)
         self.num_reusable = 0       # cached pages nobody holds, kept out of the free list by a reuse cache
         self.evict = None           # the reuse cache's ``evict(n)``: puts n cached pages back in the free list
+        self.peak_held = 0          # most pages held by requests at once (``kvcm.engine.page_usage`` resets it)
         self.storage: torch.Tensor | None = None
         if self.device.type != "meta":
             # zeroed: masked-out slots are multiplied by zero weights, and 0 * NaN garbage would poison attention
@@ -56,6 +57,9 @@ class BlockPool:
                 self._fresh += 1
             self._used[block] = 1
             out.append(block)
+        held = self.num_used - self.num_reusable
+        if held > self.peak_held:
+            self.peak_held = held
         return out
 
     def release(self, blocks) -> None:

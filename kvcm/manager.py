@@ -88,6 +88,7 @@ class BaseKVCacheManager(ReuseMixin):
                                   f"one block there takes {g.bytes_per_block} bytes, the budget is {self.budget_bytes}")
             g.num_blocks = n
         self.pools = [BlockPool(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
+        self.stale_released = [0] * len(self.pools)   # pages V2 gave back as they left a window, per group
         self._seqs: dict[object, _Sequence] = {}
         self._views: dict[int, torch.Tensor] = {}
         self._init_reuse()

@@ -100,6 +100,8 @@ class KVCacheManagerV2(BaseKVCacheManager):
             else:
                 self._reuse.release(g, release)
             for i in stale:
+                if blocks[i] >= 0:
+                    self.stale_released[g] += 1
                 blocks[i] = -1
             del blocks[target:]
             fresh = iter(pool.allocate(len(grow)))

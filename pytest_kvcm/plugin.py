@@ -7,6 +7,7 @@ import it, so that pytest can rewrite its asserts when loaded through ``-p``.
 
 pytest_plugins = [
     "pytest_kvcm.loading",  # inner pytest runs load the plugin too when it came from -p, not an entry point
+    "pytest_kvcm.reuse_option",  # --kvcm-reuse, the kvcm_reuse fixture (before versions, whose factory uses it)
     "pytest_kvcm.versions",  # --kvcm-version, the kvcm_version / kvcm_manager_factory fixtures
     "pytest_kvcm.machine",  # --kvcm-machine, --kvcm-stage: the facts markers and lane conditions test
     "pytest_kvcm.markers",  # cpu_only, gpu(...), accuracy, slow; GPU requirement skips

@@ -117,22 +117,33 @@ class ManagerFactory:
 
     version = renamed_attribute("kvcm_version")
 
-    def __init__(self, kvcm_version: str, requested: str | None = None):
+    def __init__(self, kvcm_version: str, requested: str | None = None, reuse: bool = True):
         self.kvcm_version = kvcm_version
         self.requested = requested or kvcm_version
+        self.reuse = reuse
         self.managers = []
 
     def __call__(self, model, kv_cache_config=None, limits=None, **kwargs):
         import kvcm
 
+        if not self.reuse:      # --kvcm-reuse: off forces reuse off; on keeps the config's own choice
+            kv_cache_config = (kv_cache_config or _default_config(model)).replace(enable_block_reuse=False)
         manager = kvcm.create_kv_cache_manager(self.requested, model, kv_cache_config, limits, **kwargs)
         self.managers.append(manager)
         return manager
 
 
+def _default_config(model):
+    """The config a manager builds when given none (DeepSeek-V4's pages are 128 tokens)."""
+    from kvcm import KvCacheConfig
+    from kvcm.deepseek_v4 import DeepseekV4Spec
+
+    return KvCacheConfig(tokens_per_block=128) if isinstance(model, DeepseekV4Spec) else KvCacheConfig()
+
+
 @pytest.fixture
-def kvcm_manager_factory(request, kvcm_version) -> ManagerFactory:
+def kvcm_manager_factory(request, kvcm_version, kvcm_reuse) -> ManagerFactory:
     """``kvcm_manager_factory(model_spec, kv_cache_config, limits)`` (or the limits as keywords:
-    ``max_batch_size=..., max_seq_len=..., ...``)."""
+    ``max_batch_size=..., max_seq_len=..., ...``); reuse as the run's ``--kvcm-reuse`` says."""
     auto = selected_versions(request.config) == ["auto"] and _allowed(request.node) is None
-    return ManagerFactory(kvcm_version, "auto" if auto else kvcm_version)
+    return ManagerFactory(kvcm_version, "auto" if auto else kvcm_version, kvcm_reuse)

@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from . import checks
 from .cuda_graph import GraphPlan, build_cache
 from .drafters import ModelDrafter, NgramDrafter
+from . import page_usage as _page_usage
 from .pipeline import StepPipeline
 from .scheduler import Scheduler
 from .sequence import SamplingParams, Sequence
@@ -195,6 +196,12 @@ class LLM:
         return self.drafter.stats if self.drafter is not None else None
 
     @property
+    def page_usage(self) -> list[_page_usage.GroupUsage]:
+        """Per layer group of the target cache, for the last ``generate``: peak pages held and pages released
+        as they left a sliding window (``page_usage.py``)."""
+        return _page_usage.usage(self.manager)
+
+    @property
     def trace(self):
         return self.tracer.records if self.tracer is not None else None
 
@@ -214,6 +221,7 @@ class LLM:
             scheduler.add(seq)
             seqs.append(seq)
         self.last_scheduler = scheduler
+        _page_usage.reset(self.manager)
         self.pipeline.run(scheduler)
         return [self._output(s) for s in seqs]
 

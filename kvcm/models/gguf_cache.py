@@ -1,0 +1,86 @@
+"""A GGUF de-quantized once into safetensors under ``~/.cache/kvcm/<prefix>-<digest>``, then loaded from there.
+
+transformers reads the GGUF (with the ``gguf`` package) and de-quantizes every tensor type the file holds; the
+copy is named by the GGUF's digest, so a different file never reuses a stale conversion, and it is complete
+only once ``kvcm_meta.json`` is in it (written last, then the directory renamed into place: xdist workers and
+two engines may race). A machine that only has a copied conversion (the GPU machine) loads it without the GGUF.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+META = "kvcm_meta.json"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("KVCM_CACHE_DIR") or Path.home() / ".cache" / "kvcm")
+
+
+def file_digest(path: Path) -> str:
+    """The first 16 hex digits of the file's sha256 (the name of its conversion)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def complete(cache_dir: Path) -> bool:
+    return (cache_dir / META).is_file()
+
+
+def converted(prefix: str) -> list[Path]:
+    """Complete conversions named ``<prefix>-*`` in the cache root, oldest name first."""
+    root = cache_root()
+    return sorted(p for p in root.glob(f"{prefix}-*") if complete(p)) if root.is_dir() else []
+
+
+def gguf_tensor_types(gguf: Path) -> list[str]:
+    """The quantization types the file's tensors use (``Q4_K``, ``Q6_K``, ``F32`` ...), for the record."""
+    from gguf import GGUFReader
+
+    return sorted({t.tensor_type.name for t in GGUFReader(str(gguf)).tensors})
+
+
+def convert(gguf: Path, target: Path, model_name: str, install_hint: str) -> Path:
+    """De-quantize ``gguf`` to fp32 safetensors (model + tokenizer) in ``target``; returns ``target``."""
+    if complete(target):
+        return target
+    try:
+        import gguf as _gguf  # noqa: F401  (transformers needs it to read the file)
+    except ModuleNotFoundError as exc:
+        raise RuntimeError(f"converting {gguf.name} needs the `gguf` package: pip install 'pytest-kvcm[hf]' "
+                           f"({install_hint})") from exc
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        # the weights are de-quantized now: drop the GGUF marker so a plain from_pretrained loads the copy
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        meta = {"gguf": str(gguf), "transformers": transformers.__version__, "model": model_name,
+                "tensor_types": gguf_tensor_types(gguf)}
+        (tmp / META).write_text(json.dumps(meta, indent=1))
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first
+            if not complete(target):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
