@@ -102,3 +102,11 @@ def release_block(pool, block: int) -> None:
       "greedy outputs changed on repeat)")
 def prefill_start(prepopulated: int, num_tokens: int) -> int:
     return prepopulated
+
+
+# ---- start-up check (kvcm/startup.py) ----------------------------------------------------------------------------
+@seam("the pages of a pool that a request can be given: all of them less those the engine holds back from every "
+      "request (vLLM PR #47272: the start-up check counted the null block as usable, so a pool of exactly "
+      "cdiv(max_model_len, block_size) blocks passed and a max_model_len request never scheduled)")
+def startup_usable_pages(num_pages: int, reserved_pages: int) -> int:
+    return num_pages - reserved_pages

@@ -154,8 +154,9 @@ def find_match(cache, root: Node | None, lookup: list, tpb: int, groups, policy,
 def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int], *, partial: bool, rebase: bool,
           tpb: int) -> None:
     """File the request's blocks of ``tokens[:upto]`` under its scope: a block not in the tree gets the
-    request's page; one already there keeps the tree's (V1: the request's duplicate stays private and goes back
-    to the pool at release; V2: the request takes the tree's page and gives its own back)."""
+    request's page; one already there keeps the tree's (V1, and V2 for a partial block: the request's duplicate
+    stays private and goes back to the pool at release; V2 for a full block: the request takes the tree's page and
+    gives its own back)."""
     tree = cache.tree
     parent = tree.root(state.scope, create=True)
     blocks = chop(state.tokens, upto, tpb, partial)
@@ -175,7 +176,10 @@ def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int],
                 continue
             if node.pages[g] < 0:
                 cache.set_page(node, g, page)
-            elif rebase:
+            elif rebase and len(tokens) == tpb:
+                # only a full block is rebased (TensorRT-LLM ``tree_block.is_full and allow_seq_rebasing and
+                # is_full``): a partial page is still written by its request's next tokens, so sharing it would
+                # let two requests write one page
                 table[g][i] = cache.claim(node, g)
                 seams.release_block(cache.pools[g], page)
         parent = node

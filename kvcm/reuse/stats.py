@@ -26,8 +26,8 @@ class ReuseCounters:
 
     reused_blocks: int = 0        # context blocks taken from the cache, full or partial
     missed_blocks: int = 0        # context blocks computed afresh
-    alloc_total_blocks: int = 0   # context blocks of the request(s): reused + missed
-    alloc_new_blocks: int = 0     # context blocks taken from the free pool: missed + partial copies
+    alloc_total_blocks: int = 0   # context blocks taken from the pool: missed + partial copies (getFreeBlock calls)
+    alloc_new_blocks: int = 0     # of those, blocks that held no cached tokens (no cached block was evicted)
     reused_tokens: int = 0        # prompt tokens whose KV came from the cache (the prepopulated length)
     queried_tokens: int = 0       # prompt tokens looked up
 

@@ -17,7 +17,8 @@ class PoolSpec:
 
     ``num_pages`` is the pool as the engine would be configured with it (vLLM's ``num_gpu_blocks``), reserved
     pages included; ``sliding_window`` adds a sliding-window layer group beside the full-attention one;
-    ``max_lookahead`` is the most lookahead a test will ask for (kvcm's ``max_draft_len``).
+    ``max_lookahead`` is the most lookahead a test will ask for (kvcm's ``max_draft_len``); ``reuse`` turns the
+    engine's block reuse (prefix caching) on, whole blocks only (the behaviour every target shares).
     """
 
     num_pages: int
@@ -26,6 +27,7 @@ class PoolSpec:
     sliding_window: int | None = None
     max_lookahead: int = 4
     max_batch_size: int = 4
+    reuse: bool = False
 
 
 class KVCacheTarget:
@@ -41,6 +43,8 @@ class KVCacheTarget:
     total_pages: int
     reserved_pages: int = 0
     releases_window_pages = True
+    supports_reuse = False       # the adapter implements the reuse methods below
+    reuse_oracle = "v2"          # the kvcm version whose reuse the state machine compares this target with
     differences: dict[str, str] = {}
 
     def __init__(self, spec: PoolSpec):
@@ -86,6 +90,46 @@ class KVCacheTarget:
     def free(self, rid: str) -> None:
         self._free(rid)
         del self._tokens[rid]
+
+    # ---- block reuse (optional: adapters with ``supports_reuse``; built with ``PoolSpec(reuse=True)``) -------------
+    def allocate_prompt(self, rid: str, token_ids) -> int | None:
+        """A new request given its prompt's token ids, computed at once (its blocks become reusable as the engine
+        decides): returns the prompt tokens whose KV came from the cache, or None when it does not fit, with
+        nothing changed (no reference, no cached block, no free page touched)."""
+        if rid in self._tokens:
+            raise ValueError(f"request {rid!r} is already allocated")
+        ids = [int(t) for t in token_ids]
+        if not ids:
+            raise ValueError("a prompt needs at least one token id")
+        reused = self._allocate_prompt(rid, ids)
+        if reused is not None:
+            self._tokens[rid] = len(ids)
+        return reused
+
+    def require_reuse(self) -> None:
+        """Skip the calling test unless this target reuses blocks (and was built with ``PoolSpec(reuse=True)``)."""
+        import pytest
+
+        if not self.supports_reuse:
+            pytest.skip(f"{self.name} has no block reuse" + (f": {self.differences['reuse']}"
+                                                              if "reuse" in self.differences else ""))
+        if not self.spec.reuse:
+            raise ValueError(f"{self.name}: build it with PoolSpec(reuse=True) to test reuse")
+
+    def lookup(self, token_ids) -> int:
+        """Prompt tokens a new request with these ids would reuse now; changes nothing."""
+        raise NotImplementedError
+
+    def cached_pages(self) -> int:
+        """Pages that hold cached blocks no request holds (counted in ``free_pages``, evicted on demand)."""
+        raise NotImplementedError
+
+    def reset_cache(self) -> bool:
+        """Drop every cached block; False, with nothing changed, while a request holds pages."""
+        raise NotImplementedError
+
+    def _allocate_prompt(self, rid: str, token_ids: list[int]) -> int | None:
+        raise NotImplementedError
 
     def tokens(self, rid: str) -> int:
         return self._tokens[rid]

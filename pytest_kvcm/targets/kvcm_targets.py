@@ -37,6 +37,49 @@ class _KvcmTarget(KVCacheTarget):
     def _free(self, rid: str) -> None:
         self.manager.free_resources(rid)
 
+    def startup_accepts(self, spec: PoolSpec, max_num_batched_tokens: int, async_scheduling: bool = False) -> bool:
+        """kvcm's own start-up rule (kvcm/startup.py); async scheduling does not change it (one batch in flight)."""
+        from kvcm import startup
+
+        windows = (None,) if spec.sliding_window is None else (None, spec.sliding_window)
+        return startup.accepts(spec.num_pages, spec.page_size, spec.max_model_len, windows=windows,
+                               reserved_pages=self.reserved_pages, max_num_batched_tokens=max_num_batched_tokens)
+
+    # ---- block reuse: add_sequence with the prompt's ids, reserved and computed at once -------------------------
+    supports_reuse = True
+
+    def _config(self, spec: PoolSpec, tpb: int | None = None):
+        """Reuse as the spec asks, whole blocks only (vLLM has no partial reuse; the contract tests what both do)."""
+        from kvcm import KvCacheConfig
+
+        tpb = tpb or spec.page_size
+        return KvCacheConfig(tokens_per_block=tpb, max_tokens=spec.num_pages * tpb, enable_block_reuse=spec.reuse,
+                             enable_partial_reuse=False)
+
+    def _allocate_prompt(self, rid, token_ids):
+        """Admission first, as TensorRT-LLM's scheduler (PR #11490): the prompt's blocks less its cached whole
+        blocks must fit in the free count less the cached blocks it will hold rather than evict; then
+        ``add_sequence``, the context chunk and its end (the blocks are stored as the version stores them)."""
+        m, n, tpb = self.manager, len(token_ids), self.page_size
+        matched = m.count_reusable_blocks(token_ids, only_allocated=False)
+        held = m.count_reusable_blocks(token_ids, only_allocated=True)
+        fresh = -(-n // tpb) - matched
+        if fresh > m.get_num_free_blocks() - (matched - held):
+            return None
+        reused = m.add_sequence(rid, token_ids)
+        m.begin_context_chunk(rid, reused, n - reused, n)
+        m.end_context_chunk(rid, n)
+        return reused
+
+    def lookup(self, token_ids) -> int:
+        return self.manager.count_reusable_blocks(list(token_ids), only_allocated=False) * self.page_size
+
+    def cached_pages(self) -> int:
+        return self.manager.get_block_counts().reusable
+
+    def reset_cache(self) -> bool:
+        return self.manager.reset_prefix_cache()
+
     # ---- the engine's own capacity query (TensorRT-LLM's surface; vLLM and transformers have none) ------------
     def available_tokens(self, bound: int, batch_size: int = 1, lookahead: int = 0) -> int:
         return self.manager.get_num_available_tokens(token_num_upper_bound=bound, batch_size=batch_size,
@@ -57,9 +100,9 @@ class KvcmV2Target(_KvcmTarget):
     name = "kvcm-v2"
 
     def _build(self, spec: PoolSpec):
-        from kvcm import KvCacheConfig, KVCacheManagerV2
+        from kvcm import KVCacheManagerV2
 
-        cfg = KvCacheConfig(tokens_per_block=spec.page_size, max_tokens=spec.num_pages * spec.page_size)
+        cfg = self._config(spec)
         return KVCacheManagerV2(_model(spec), cfg, max_batch_size=spec.max_batch_size, max_seq_len=spec.max_model_len,
                                 max_draft_len=spec.max_lookahead)
 
@@ -84,7 +127,10 @@ class KvcmV4Target(KvcmV2Target):
                                  "takes a page in every one, so free pages are the smallest pool's free count",
                    "exact_pool_size": "the token quota is split between pools by a typical step: each pool holds at "
                                       "least the pages asked, the full-length ones more",
-                   "window": "the sliding window is W + max_draft_len (docs/semantics.md 5)"}
+                   "window": "the sliding window is W + max_draft_len (docs/semantics.md 5)",
+                   "reuse": "pools of different needs per token (compressed, indexer, sliding): one free count cannot "
+                            "admit a prompt; its whole-block reuse is tested at the manager level"}
+    supports_reuse = False
 
     def __init__(self, spec: PoolSpec):
         super().__init__(spec)
@@ -109,12 +155,17 @@ class KvcmV1Target(_KvcmTarget):
 
     name = "kvcm-v1"
     releases_window_pages = False
-    differences = {"sliding_window": "V1 keeps every page of a sliding-window layer; the window only bounds reads"}
+    reuse_oracle = "v1"
+    differences = {"sliding_window": "V1 keeps every page of a sliding-window layer; the window only bounds reads",
+                   "last_prompt_block": "TensorRT-LLM V1 stores the prompt less its last token at context end: the "
+                                        "block that holds a block-aligned prompt's last token is stored by the "
+                                        "first decode step (at release, as a partial block), not with the prompt",
+                   "startup_window": "V1 keeps every page of a sliding-window layer, so no window bound applies"}
 
     def _build(self, spec: PoolSpec):
-        from kvcm import KvCacheConfig, KVCacheManagerV1
+        from kvcm import KVCacheManagerV1
 
-        cfg = KvCacheConfig(tokens_per_block=spec.page_size, max_tokens=spec.num_pages * spec.page_size)
+        cfg = self._config(spec)
         return KVCacheManagerV1(_model(spec), cfg, max_batch_size=spec.max_batch_size, max_seq_len=spec.max_model_len,
                                 max_draft_len=spec.max_lookahead)
 

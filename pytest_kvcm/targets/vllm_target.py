@@ -5,6 +5,10 @@ Relies on (pinned by ``pytest_kvcm/contract/test_target_apis.py``): ``FullAttent
 before any ``Request``, ``allocate_slots(request, num_new_tokens, num_lookahead_tokens=...)`` returning None when
 it does not fit, ``free(request)`` and ``block_pool.get_num_free_blocks()``. Block 0 is the pool's null block:
 no request ever gets it, so it is this target's one reserved page.
+
+With ``PoolSpec(reuse=True)`` the manager is built with ``enable_caching=True``: a prompt's ids are hashed by vLLM's
+own request block hasher (sha256), ``get_computed_blocks`` finds the hit and ``allocate_slots`` takes it (and
+caches the prompt's full blocks at once), exactly as its scheduler does.
 """
 
 from __future__ import annotations
@@ -42,7 +46,11 @@ class VllmTarget(KVCacheTarget):
         "failed_allocation": "out-of-window pages may be released by an allocation that then fails (documented in "
                              "allocate_slots: 'We can do this even if we cannot schedule this request')",
         "shared_pool": "every layer group draws from one block pool",
+        "partial_blocks_cached": "a partial last block is never cached: freed, it goes to the free list's front",
+        "duplicate_blocks": "a block recomputed by the last-token rule is a second cached copy of its key (block "
+                            "ids never change); TensorRT-LLM V2 swaps in the cached page and frees its own",
     }
+    supports_reuse = True
 
     def __init__(self, spec: PoolSpec):
         super().__init__(spec)
@@ -58,10 +66,21 @@ class VllmTarget(KVCacheTarget):
                 sliding_window=spec.sliding_window)))
         config = iface.KVCacheConfig(num_blocks=spec.num_pages, kv_cache_tensors=[], kv_cache_groups=groups)
         self.manager = kvm.KVCacheManager(config, max_model_len=spec.max_model_len, scheduler_block_size=ps,
-                                          hash_block_size=ps, enable_caching=False)
+                                          hash_block_size=ps, enable_caching=spec.reuse)
         self._hasher = utils.get_request_block_hasher(ps, sha256)
         self.page_size, self.total_pages = ps, spec.num_pages
         self._requests = {}
+
+    # vLLM issue #49878: since PR #47728 the sliding-window bound counts two batches in flight under async
+    # scheduling (max_in_flight_tokens = 2 * max_num_batched_tokens); kvcm counts one per request. Open in 0.32.0.
+    startup_findings = {"async_window_bound": "vLLM issue #49878 (PR #47728): async scheduling sizes the window "
+                                              "group for two in-flight batches per request; open in vllm 0.32.0"}
+
+    def startup_accepts(self, spec, max_num_batched_tokens, async_scheduling=False):
+        """vLLM's ``check_enough_kv_cache_memory`` on this pool (pytest_kvcm/targets/vllm_startup.py)."""
+        from .vllm_startup import startup_accepts
+
+        return startup_accepts(self, spec, max_num_batched_tokens, async_scheduling)
 
     def free_pages(self) -> int:
         return self.manager.block_pool.get_num_free_blocks()
@@ -91,3 +110,28 @@ class VllmTarget(KVCacheTarget):
 
     def _free(self, rid):
         self.manager.free(self._requests.pop(rid))
+
+    # ---- block reuse (prefix caching) -----------------------------------------------------------------------
+    def _request(self, rid, token_ids):
+        return self._Request(rid, list(token_ids), self._SamplingParams(max_tokens=1 << 20), None,
+                             block_hasher=self._hasher)
+
+    def _allocate_prompt(self, rid, token_ids):
+        request = self._request(rid, token_ids)
+        computed, hit = self.manager.get_computed_blocks(request)[:2]
+        if self.manager.allocate_slots(request, len(token_ids) - hit, hit, computed) is None:
+            return None
+        request.status = self._Status.RUNNING
+        request.num_computed_tokens = len(token_ids)
+        self._requests[rid] = request
+        return hit
+
+    def lookup(self, token_ids) -> int:
+        return self.manager.get_computed_blocks(self._request("kvcm-lookup", token_ids))[1]
+
+    def cached_pages(self) -> int:
+        return sum(1 for b in self.manager.block_pool.free_block_queue.get_all_free_blocks()
+                   if b.block_hash is not None)
+
+    def reset_cache(self) -> bool:
+        return self.manager.reset_prefix_cache()

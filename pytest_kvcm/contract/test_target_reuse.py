@@ -1,0 +1,151 @@
+"""Block reuse (prefix caching) through the contract: the numbers of vLLM's ``tests/v1/core/test_prefix_caching.py``
+where kvcm (TensorRT-LLM's semantics) and vLLM behave alike, asked of every target with reuse.
+
+Shared, and tested here: a prompt is looked up less its last token (whole blocks only with partial reuse off);
+a hit while the first request still runs shares its pages; cached blocks nobody holds count as free and are
+evicted, the deepest block of a prefix first, when an allocation needs them; an allocation that does not fit
+with a hit changes nothing; a reset refuses while a request holds pages. Where a target departs (kvcm V1 stores
+a block-aligned prompt's last block later; vLLM never caches a partial block) the test names the difference.
+Pools are sized in *usable* pages: vLLM's 11 blocks are its null block plus 10.
+"""
+
+import pytest
+
+from pytest_kvcm.targets import PoolSpec
+
+PS = 16
+COMMON = [i for i in range(3) for _ in range(PS)]      # three full blocks: 0 x16, 1 x16, 2 x16
+
+
+def _pool(kvcm_target, usable=10):
+    probe = kvcm_target(PoolSpec(num_pages=8, reuse=True))
+    probe.require_reuse()
+    target = kvcm_target(PoolSpec(num_pages=usable + probe.reserved_pages, page_size=PS, max_model_len=8192,
+                                  reuse=True))
+    target.require("exact_pool_size")
+    assert target.usable_pages == usable and target.page_size == PS
+    return target
+
+
+def test_prefill_hit_shares_pages_and_cached_blocks_count_as_free(kvcm_target):
+    """vLLM test_prefill: 48 common tokens + 7, then + 5 while the first runs, then + 6 once both are freed."""
+    t = _pool(kvcm_target)
+    assert t.allocate_prompt("0", COMMON + [3] * 7) == 0
+    assert t.held_pages("0")["full"] == 4 and t.free_pages() == 6
+    assert t.allocate_prompt("1", COMMON + [3] * 5) == 3 * PS, f"{t}: the common prefix hits while req 0 runs"
+    assert t.held_pages("1")["full"] == 4
+    assert t.free_pages() == 5, f"{t}: the hit's three pages are shared, one new page taken"
+    t.free("0")
+    t.free("1")
+    assert t.free_pages() == 10, f"{t}: cached blocks nobody holds count as free"
+    assert t.cached_pages() >= 3
+    if "partial_blocks_cached" in t.differences:
+        assert t.cached_pages() == 3
+    assert t.allocate_prompt("2", COMMON + [3] * 6) == 3 * PS, f"{t}: the prefix hits once its holders are gone"
+    assert t.free_pages() == 6
+    t.free("2")
+    assert t.allocate_prompt("3", [99] * (PS * 10)) == 0, f"{t}: a miss"
+    assert t.free_pages() == 0 and t.cached_pages() == 0, f"{t}: the miss evicted every cached block to fit"
+    t.free("3")
+    assert t.lookup(COMMON + [3] * 6) == 0, f"{t}: the common prefix was evicted"
+
+
+@pytest.mark.parametrize("miss_pages, hit", [(7, 48), (8, 32), (9, 16), (10, 0)])
+def test_eviction_takes_the_deepest_block_of_a_prefix_first(kvcm_target, miss_pages, hit):
+    """vLLM test_prefill's eviction order (free queue [5, 4, 6..10, 3, 2, 1]: partial and never-used blocks first,
+    then the common prefix from its last block back): a miss of N pages leaves the first blocks of the prefix."""
+    t = _pool(kvcm_target)
+    assert t.allocate_prompt("0", COMMON + [3] * 7) == 0
+    assert t.allocate_prompt("1", COMMON + [3] * 5) == 48
+    t.free("0")
+    t.free("1")
+    assert t.allocate_prompt("miss", [99] * (PS * miss_pages)) == 0
+    assert t.lookup(COMMON + [5] * 3) == hit, (f"{t}: a miss of {miss_pages} pages evicts "
+                                               f"{miss_pages - 7} block(s) of the prefix from its end")
+
+
+def test_failed_allocation_with_a_hit_changes_nothing(kvcm_target):
+    """vLLM test_prefill_not_enough_free_blocks_with_computed_blocks: req 3 hits six blocks but needs three new
+    pages with two left; refused, the hit blocks' references and the free count stay as they were."""
+    t = _pool(kvcm_target)
+    t.require("last_prompt_block")
+    assert t.allocate_prompt("0", COMMON) == 0
+    assert t.allocate_prompt("1", COMMON * 2) == 48
+    t.free("1")
+    assert t.allocate_prompt("2", [7] * PS * 2) == 0
+    assert t.free_pages() == 5
+    cached = t.cached_pages()
+    assert t.lookup(COMMON * 3) == 6 * PS
+    assert t.allocate_prompt("3", COMMON * 3) is None, f"{t}: 3 new pages needed, 2 free beside the hit"
+    assert t.free_pages() == 5 and t.cached_pages() == cached and "3" not in t.requests
+    assert t.lookup(COMMON * 3) == 6 * PS, f"{t}: the refused request's hit is still cached"
+    t.free("2")
+    assert t.allocate_prompt("3", COMMON * 3) == 6 * PS, f"{t}: with req 2's pages back it fits"
+    assert t.held_pages("3")["full"] == 9
+
+
+def test_reset_refuses_while_in_use(kvcm_target):
+    """vLLM test_reset_prefix_cache: False while two requests hold pages (the cache kept), True once freed."""
+    t = _pool(kvcm_target)
+    assert t.allocate_prompt("0", COMMON + [3] * 7) == 0
+    assert t.allocate_prompt("1", COMMON + [4] * 7) == 48
+    assert t.held_pages("1")["full"] == 4 and t.free_pages() == 5
+    assert t.reset_cache() is False
+    assert t.lookup(COMMON + [5] * 7) == 48, f"{t}: a refused reset dropped the cache"
+    t.free("0")
+    t.free("1")
+    assert t.reset_cache() is True
+    assert t.lookup(COMMON + [5] * 7) == 0 and t.cached_pages() == 0 and t.free_pages() == 10
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_last_token_is_always_recomputed(kvcm_target, blocks):
+    """vLLM ``get_computed_blocks``: max_cache_hit_length = num_tokens - 1, whole blocks: a block-aligned prompt
+    repeated reuses one block less; a one-token prompt reuses nothing (nano-vllm #144: a full hit left nothing
+    to compute)."""
+    t = _pool(kvcm_target)
+    prompt = COMMON[:blocks * PS]
+    assert t.allocate_prompt("0", prompt) == 0
+    t.free("0")
+    assert t.lookup(prompt) == (blocks - 1) * PS
+    assert t.allocate_prompt("1", prompt) == (blocks - 1) * PS
+    t.free("1")
+    assert t.allocate_prompt("2", [5]) == 0
+    t.free("2")
+    assert t.allocate_prompt("3", [5]) == 0, f"{t}: a one-token prompt must be computed"
+
+
+def test_hit_stops_at_the_first_differing_block(kvcm_target):
+    """vLLM test_cache_key_salting's unsalted half: 48 common + 11 of [4] after 48 + 11 of [3] hits three blocks;
+    a prompt that differs in its first token hits nothing (keys chain through the prefix)."""
+    t = _pool(kvcm_target)
+    assert t.allocate_prompt("0", COMMON + [3] * 11) == 0
+    t.free("0")
+    assert t.lookup(COMMON + [4] * 11) == 48
+    assert t.lookup([9] + COMMON[1:] + [3] * 11) == 0
+    assert t.lookup(COMMON[:16] + [9] + COMMON[17:] + [3] * 11) == 16
+
+
+def test_block_aligned_prompt_stores_its_last_block(kvcm_target):
+    """A block-aligned prompt's blocks are all cached with it (vLLM caches full blocks at allocation; TensorRT-LLM
+    V2 commits the prompt's tokens): a longer prompt with that prefix hits every block."""
+    t = _pool(kvcm_target)
+    t.require("last_prompt_block")
+    assert t.allocate_prompt("0", COMMON) == 0
+    t.free("0")
+    assert t.lookup(COMMON + [3] * 5) == 48
+
+
+def test_repeated_block_aligned_prompt(kvcm_target):
+    """The same 48-token prompt twice, both running: the second reuses 32 tokens and recomputes the third block.
+    kvcm V2 (TensorRT-LLM V2's commit) finds that block cached and swaps its page for the cached one, so the pair
+    holds three pages; V1 keeps the duplicate private until release; vLLM keeps it as a second cached copy."""
+    t = _pool(kvcm_target)
+    assert t.allocate_prompt("0", COMMON) == 0
+    assert t.allocate_prompt("1", COMMON) == 32
+    duplicate = "duplicate_blocks" in t.differences or "last_prompt_block" in t.differences
+    assert t.free_pages() == 10 - 3 - int(duplicate)
+    t.free("0")
+    t.free("1")
+    assert t.free_pages() == 10
+    assert t.cached_pages() == (4 if "duplicate_blocks" in t.differences else 3)

@@ -1,0 +1,94 @@
+"""The target and kvcm side by side with reuse on: random prompts that share prefixes, allocated, looked up, freed
+and reset on both; every answer (tokens reused, refused or not, free and cached pages) must agree.
+
+The oracle is kvcm with reuse on, whole blocks only, of the version the target's reuse follows
+(``reuse_oracle``): V2 for vLLM (both cache a prompt's full blocks with it), V1 for kvcm V1. Prompts are whole
+blocks long, which keeps out the documented differences (V1's last prompt block; vLLM never caching a partial
+block), and a prompt whose every block is cached already is not allocated (``duplicate_blocks``: the last-token
+rule recomputes its last block, which V2 then swaps for the cached page and vLLM keeps as a second copy;
+``test_target_reuse.py::test_repeated_block_aligned_prompt`` pins each one's numbers). What is compared is what a
+scheduler reads: the hit, the admission, the free and the cached pages.
+"""
+
+import pytest
+
+pytest.importorskip("hypothesis", reason="the state machine needs hypothesis: pip install 'pytest-kvcm[test]'")
+from hypothesis import HealthCheck, assume, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+
+from pytest_kvcm.targets import PoolSpec
+from pytest_kvcm.targets.kvcm_targets import KvcmV1Target, KvcmV2Target
+
+PS = 16
+POOL = 12
+PREFIXES = [[1] * PS * 3, [1] * PS * 2 + [2] * PS, [3] * PS * 4, [4] * PS]   # families that share blocks
+ORACLES = {"v1": KvcmV1Target, "v2": KvcmV2Target}
+
+
+def _prompt(data) -> list[int]:
+    prefix = data.draw(st.sampled_from(PREFIXES))
+    keep = data.draw(st.integers(0, len(prefix) // PS)) * PS
+    tail = data.draw(st.lists(st.sampled_from([5, 6]), min_size=0, max_size=3))
+    ids = prefix[:keep] + [t for t in tail for _ in range(PS)]
+    return ids or [7] * PS
+
+
+def side_by_side_reuse(make_target):
+    class SideBySideReuse(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            self.target = make_target(PoolSpec(num_pages=POOL, page_size=PS, max_model_len=1024, reuse=True))
+            self.target.require_reuse()
+            self.target.require("exact_pool_size")
+            oracle = ORACLES[self.target.reuse_oracle]
+            self.oracle = oracle(PoolSpec(num_pages=self.target.usable_pages, page_size=PS, max_model_len=1024,
+                                          reuse=True))
+            self.count = 0
+
+        def _state(self, side):
+            return f"free pages {side.free_pages()}, cached {side.cached_pages()}, requests {sorted(side.requests)}"
+
+        @rule(data=st.data())
+        def allocate_prompt(self, data):
+            self.count += 1
+            ids, rid = _prompt(data), f"r{self.count}"
+            assume(self.oracle.lookup(ids + [0]) == self.oracle.lookup(ids))   # not every block cached already
+            got, want = self.target.allocate_prompt(rid, ids), self.oracle.allocate_prompt(rid, ids)
+            assert got == want, (f"prompt of {len(ids)} tokens ({ids[::PS]} per block): {self.target.name} "
+                                 f"{'refused' if got is None else f'reused {got}'}, kvcm {self.target.reuse_oracle} "
+                                 f"{'refused' if want is None else f'reused {want}'} (target: {self._state(self.target)}; "
+                                 f"kvcm: {self._state(self.oracle)})")
+
+        @rule(data=st.data())
+        def lookup(self, data):
+            ids = _prompt(data)
+            assert self.target.lookup(ids) == self.oracle.lookup(ids), f"lookup of {ids[::PS]}"
+
+        @precondition(lambda self: self.oracle.requests)
+        @rule(data=st.data())
+        def free(self, data):
+            rid = data.draw(st.sampled_from(self.oracle.requests))
+            self.target.free(rid)
+            self.oracle.free(rid)
+
+        @rule()
+        def reset(self):
+            assert self.target.reset_cache() == self.oracle.reset_cache()
+
+        @invariant()
+        def same_pages(self):
+            assert self.target.free_pages() == self.oracle.free_pages(), (self._state(self.target),
+                                                                          self._state(self.oracle))
+            assert self.target.cached_pages() == self.oracle.cached_pages(), (self._state(self.target),
+                                                                              self._state(self.oracle))
+            assert sorted(self.target.requests) == sorted(self.oracle.requests)
+
+    return SideBySideReuse
+
+
+def test_target_reuses_what_kvcm_reuses(kvcm_target):
+    machine = side_by_side_reuse(kvcm_target)
+    machine.TestCase.settings = settings(max_examples=30, stateful_step_count=25, deadline=None,
+                                         suppress_health_check=list(HealthCheck))
+    run_state_machine_as_test(machine, settings=machine.TestCase.settings)
