@@ -8,12 +8,25 @@ Both pools are half held by a filler request, so the free lists are realistic. `
 asked for S = 131072 tokens: the 1M pool has room (answered at once), the 1K pool does not (a binary search over
 at most ceil(S / tpb) blocks): its cost is bounded by S, not by the pool. The generation step crosses a block
 boundary every time (capacity 1023 -> 1026 -> 1024), so it allocates and releases one block a call.
+
+Block reuse (docs/semantics.md 11): ``test_reuse_off_costs_nothing`` times the same calls on this tree with reuse
+off and on (requests without token ids) and on main before reuse existed (``PRE_REUSE``, extracted with ``git
+archive``), back to back in one run, and the reuse check itself; ``test_match_scales_with_prompt_not_pool`` times
+a full-hit match on a 1K and a 1M block pool (the 1M one with 256K other blocks cached) at three prompt lengths.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+import timeit
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +118,107 @@ def test_cost_independent_of_pool_size(managers, kvcm_version, capsys):
             print(f"\n[{kvcm_version}] {name}: 1M blocks {big * 1e6:.2f} us, 1K blocks {small * 1e6:.2f} us, "
                   f"ratio 1M/1K = {big / small:.2f}")
     assert all(r < 3.0 for r in ratios.values()), ratios
+
+
+# ---- block reuse --------------------------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+PRE_REUSE = "a876cff"      # main just before block reuse landed (the commit after it added kvcm/reuse)
+
+
+def _pre_reuse_tree(tmp: Path) -> Path | None:
+    """kvcm as it was before reuse, extracted from git; None where the history is not there."""
+    archive = tmp / "pre.tar"
+    with open(archive, "wb") as f:
+        done = subprocess.run(["git", "-C", str(ROOT), "archive", PRE_REUSE, "kvcm"], stdout=f, stderr=subprocess.DEVNULL)
+    if done.returncode != 0:
+        return None
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp / "pre", filter="data")
+    return tmp / "pre"
+
+
+def _peer(root: Path, version: str, reuse: str) -> dict:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "_ops_peer.py"), str(root), version, reuse],
+                         capture_output=True, text=True, check=True, cwd=root, env={**os.environ, "PYTHONPATH": ""})
+    return json.loads(out.stdout)
+
+
+def test_reuse_off_costs_nothing(kvcm_version, capsys):
+    """Reuse off (and reuse on for requests without token ids) against main before reuse: the same calls, each
+    peer run 3 times in turn, the fastest of each kept (the machine is shared, so the minimum is the honest one).
+    The check reuse added to these paths (``seq.reuse is None or self._reuse is None``) is timed on its own."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = _pre_reuse_tree(Path(tmp))
+        peers = {"reuse off": (ROOT, "off"), "reuse on, no token ids": (ROOT, "on")}
+        if pre is not None:
+            peers["main before reuse"] = (pre, "absent")
+        best: dict = {}
+        for _ in range(3):
+            for name, (root, reuse) in peers.items():
+                for op, t in _peer(root, kvcm_version, reuse).items():
+                    best[(name, op)] = min(best.get((name, op), t), t)
+    seq = type("Seq", (), {"reuse": None})()
+    mgr = type("Mgr", (), {"_reuse": None})()
+    check = min(timeit.repeat("seq.reuse is None or mgr._reuse is None", number=100000, repeat=5,
+                              globals={"seq": seq, "mgr": mgr})) / 100000
+    ops = sorted({op for _, op in best})
+    with capsys.disabled():
+        print(f"\n[{kvcm_version}] reuse check alone: {check * 1e9:.0f} ns a call")
+        for op in ops:
+            row = ", ".join(f"{name} {best[(name, op)] * 1e6:.2f} us" for name in peers)
+            print(f"[{kvcm_version}] {op}: {row}")
+    for op in ops:
+        off = best[("reuse off", op)]
+        base = best.get(("main before reuse", op), off)
+        assert off < 1.5 * base, (op, off, base)       # within this machine's noise; the figures are the result
+        if op != "get_num_available_tokens":             # the paths the check was added to
+            assert check < 0.02 * off                    # under 2% of the call
+
+
+def _cached_manager(version: str, num_blocks: int, others: int):
+    """A pool of ``num_blocks`` with ``others`` distinct 64-block prompts cached (run and freed)."""
+    mgr = kvcm.create_kv_cache_manager(version, ModelSpec.uniform(2, 1, 16), KvCacheConfig(max_tokens=num_blocks * TPB),
+                                       max_batch_size=256, max_seq_len=S, device="meta")
+    for k in range(others):
+        tokens = list(range((k + 1) * 10**6, (k + 1) * 10**6 + 64 * TPB))
+        mgr.add_sequence(("o", k), tokens)
+        mgr.begin_context_chunk(("o", k), 0, len(tokens), len(tokens))
+        mgr.end_context_chunk(("o", k), len(tokens))
+        mgr.free_resources(("o", k))
+    return mgr
+
+
+def test_match_scales_with_prompt_not_pool(kvcm_version, capsys):
+    """A prompt cached in full, matched again: ``count_reusable_blocks`` (the walk alone) and ``add_sequence`` +
+    ``free_resources`` (walk, claim, release), at 256, 2048 and 8192 tokens, on a 1K block pool and on a 1M one
+    holding 4096 other cached prompts (262,144 blocks). Cost per prompt length must not grow with the pool."""
+    lengths = (256, 2048, 8192)
+    pools = {"1K": _cached_manager(kvcm_version, 1 << 10, 0), "1M": _cached_manager(kvcm_version, 1 << 20, 4096)}
+    times = {}
+    for size, mgr in pools.items():
+        for n in lengths:
+            prompt = list(range(7, 7 + n))
+            mgr.add_sequence("warm", prompt)
+            mgr.begin_context_chunk("warm", 0, n, n)
+            mgr.end_context_chunk("warm", n)
+            mgr.free_resources("warm")
+
+            def hit(mgr=mgr, prompt=prompt):
+                assert mgr.add_sequence("hit", prompt) == n - 1
+                mgr.free_resources("hit")
+
+            walk = min(timeit.repeat(lambda mgr=mgr, prompt=prompt: mgr.count_reusable_blocks(prompt,
+                                                                                               only_allocated=False),
+                                     number=20, repeat=7)) / 20
+            times[(size, n)] = (walk, min(timeit.repeat(hit, number=20, repeat=7)) / 20)
+            mgr.reset_prefix_cache() if size == "1K" else None
+    with capsys.disabled():
+        print(f"\n[{kvcm_version}] full-hit match, 1K-block pool vs 1M-block pool (262,144 other blocks cached):")
+        for n in lengths:
+            (w1, h1), (w2, h2) = times[("1K", n)], times[("1M", n)]
+            print(f"[{kvcm_version}]   {n:5d} tokens: walk {w1 * 1e6:8.1f} / {w2 * 1e6:8.1f} us "
+                  f"({w2 / w1:.2f}x), add_sequence+free {h1 * 1e6:8.1f} / {h2 * 1e6:8.1f} us ({h2 / h1:.2f}x)")
+    for n in lengths:
+        assert times[("1M", n)][0] < 3 * times[("1K", n)][0] and times[("1M", n)][1] < 3 * times[("1K", n)][1]
+    # proportional to the prompt: 32x the tokens costs far more than 32 / 4 = 8x, far less than 32 * 4 = 128x
+    assert 4 < times[("1M", 8192)][0] / times[("1M", 256)][0] < 128

@@ -10,7 +10,8 @@
 # GPU_WHEELS=all, the dashboard test (selenium, ~12 MiB; it still needs a browser, see ci/install_browser.sh).
 # Only what the image lacks is carried: its pyarrow, pandas, fsspec, xxhash, huggingface-hub,
 # requests, certifi, urllib3, attrs, h11 and the rest of datasets' and selenium's needs are already there
-# (pyarrow alone would be ~40 MiB of the 64 MiB a device call may carry). Pins: the versions the CPU lane
+# (pyarrow alone would be ~40 MiB of the 64 MiB a device call may carry; a device call is one command sent to
+# the GPU machine together with a copy of the working tree and the staged paths it names, 64 MiB in all). Pins: the versions the CPU lane
 # runs, inside datasets' own bounds (dill<0.4.2, multiprocess<0.70.20).
 # Target: PY_VERSION (default 3.12, the image's python3) on manylinux x86-64; every wheel here is pure Python
 # except multiprocess and pydantic-core, whose wheels are per Python version.

@@ -71,6 +71,8 @@ def plan(args, progress: bool | None = None) -> dict:
            "num_extra_kv_tokens": args.extra_kv_tokens, "tokens_per_block": tpb, "dtype": args.dtype,
            "free_gpu_memory_fraction": args.fraction, "max_tokens": args.max_tokens,
            "max_gpu_total_bytes": cfg.max_gpu_total_bytes, "notes": [], "managers": []}
+    from .reuse.plan import plan_entry
+    out["block_reuse"] = plan_entry(cfg, deepseek)     # changes nothing in the pools; what it does at run time
     draft = _draft_split(args, model, cfg, out)
     if draft is not None:
         cfg = draft[1]

@@ -104,6 +104,9 @@ def assumptions(result: dict) -> list[str]:
                  f"[-S], N={result['max_num_tokens']:,} tokens a step [-N],")
     lines.append(f"  D={result['max_draft_len']} draft tokens a request [-D], "
                  f"E={result.get('num_extra_kv_tokens', 0)} extra KV tokens a request [-E]")
+    if "block_reuse" in result:
+        from .reuse.plan import plan_lines
+        lines += plan_lines(result["block_reuse"])
     return lines
 
 

@@ -93,3 +93,20 @@ def release_block(pool, block: int) -> None:
     if not pool.is_used(block):
         raise RuntimeError(f"block {block} released twice")
     pool.push_free(block)
+
+
+# ---- block reuse in the engine (kvcm/engine/reuse.py) ----------------------------------------------------------
+@seam("where the prefill of a request admitted with a cached prefix starts: the prepopulated prompt length the "
+      "manager returned, of num_tokens known tokens (vLLM #5543 / #7845 and TensorRT-LLM #8813 / #15503: an "
+      "engine whose computed-token count disagreed with the cached blocks skipped or misplaced prompt tokens and "
+      "greedy outputs changed on repeat)")
+def prefill_start(prepopulated: int, num_tokens: int) -> int:
+    return prepopulated
+
+
+# ---- start-up check (kvcm/startup.py) ----------------------------------------------------------------------------
+@seam("the pages of a pool that a request can be given: all of them less those the engine holds back from every "
+      "request (vLLM PR #47272: the start-up check counted the null block as usable, so a pool of exactly "
+      "cdiv(max_model_len, block_size) blocks passed and a max_model_len request never scheduled)")
+def startup_usable_pages(num_pages: int, reserved_pages: int) -> int:
+    return num_pages - reserved_pages

@@ -18,6 +18,9 @@ def _sensitivity_parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--lane", default="l0_cpu", help="the lane (ci/LANE.yml) to run (default: l0_cpu)")
     ap.add_argument("--defect", action="append", default=None,
                     help="only these defects (repeatable; default: every registered one)")
+    ap.add_argument("--target", default=None, metavar="NAMES",
+                    help="managers the contract suites run on in every run (--kvcm-target): e.g. your adapter's "
+                         "name (default: the targets the defect names, else the session's kvcm_target)")
     ap.add_argument("--pytest-args", default="", help="extra arguments for every pytest run (default: none)")
     ap.add_argument("--json", default=None, help="also write the table as JSON to this file (default: no file)")
     ap.add_argument("--mode", choices=("fast", "full"), default="fast",

@@ -64,8 +64,12 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) + " UTC" if t else "–"
 
 
-def _badge(passed: bool | None) -> str:
+def _badge(passed: bool | None, extra=None) -> str:
     if passed is None:
+        if isinstance(extra, dict) and extra.get("verdict") == "cannot decide":  # too few samples for any fail
+            need = extra.get("min_samples")
+            return ('<span class="badge none">cannot decide</span>'
+                    + (f' <span class="small muted">(fails from n={need:,})</span>' if need else ""))
         return '<span class="badge none">no verdict</span>'
     return '<span class="badge pass">pass</span>' if passed else '<span class="badge fail">FAIL</span>'
 
@@ -166,7 +170,7 @@ def _gates_section(rows: list[dict]) -> str:
                 cells.append('<td class="muted">–</td>')
                 continue
             cells.append(
-                f'<td class="cell">{_badge(r["passed"])} <span class="score">{_fmt(r["value"])}</span>'
+                f'<td class="cell">{_badge(r["passed"], r["extra"])} <span class="score">{_fmt(r["value"])}</span>'
                 f' <span class="muted">vs</span> {_fmt(r["threshold"])}'
                 f'<div class="small muted">n={_fmt(r["n"])} · {esc(_when(r["time"]))}</div>'
                 f'<div class="small muted testid">{esc(r["test_id"])}</div></td>')
@@ -202,7 +206,7 @@ def _table_section(sid: str, title: str, rows: list[dict]) -> str:
     if not rows:
         return f'<section id="{sid}"><h2>{esc(title)}</h2><p class="muted">no results</p></section>'
     body = "".join(
-        f'<tr class="{"failed" if r["passed"] is False else ""}"><td>{_badge(r["passed"])}</td>'
+        f'<tr class="{"failed" if r["passed"] is False else ""}"><td>{_badge(r["passed"], r["extra"])}</td>'
         f'<td class="testid">{esc(r["test_id"])}</td><td>{esc(r["metric"])}</td>'
         f'<td>{esc(r["kvcm_version"] or "–")}</td><td class="num">{_fmt(r["value"])}</td>'
         f'<td class="num">{_fmt(r["threshold"])}</td><td class="small">{esc(_extra_text(r["extra"]))}</td>'
@@ -272,7 +276,8 @@ def render_html(rows: list[dict], *, title: str = "kvcm results", source: str = 
     warmup = _latest_by_test(r for r in rows if r["metric"].startswith("warmup"))
     other = _latest_by_test(r for r in rows if not (r["metric"].startswith(("accuracy.", "warmup"))
                                                     or "parity" in r["metric"]))
-    tiles = (f'<div class="tile {"bad" if failing else "good"}"><b>{len(gates_latest) - failing}/'
+    passing = sum(1 for r in gates_latest.values() if r["passed"] is True)  # "cannot decide" is no pass
+    tiles = (f'<div class="tile {"bad" if failing else "good"}"><b>{passing}/'
              f'{len(gates_latest)}</b>gate results passing</div>'
              f'<div class="tile"><b>{len(runs)}</b>runs</div>'
              f'<div class="tile"><b id="row-count">{len(rows)}</b>rows</div>')

@@ -19,14 +19,26 @@ request of ``N`` blocks' worth of prompt runs and ends first, so its blocks sit 
 nobody when the question is asked. They count as free (TensorRT-LLM and vLLM report them so), hence the long
 dummy must evict every one of them to land on the boundary, and the pool's split (free, reusable, in use) must
 add up to the pool with nothing counted twice, before and after (SGLang #35270, TensorRT-LLM PR #11490).
+
+A pool larger than one request may hold (``max_seq_len`` below the blocks the shorts leave) has no page boundary
+a request can reach: the dummy is bounded by ``max_seq_len`` first. Such a shape checks the boundary that limit
+allows instead (the answer asked with ``token_num_upper_bound=max_seq_len`` is ``max_seq_len``, and a dummy of it
+fits with exactly its capacity), its result says ``limit="max_seq_len"``, and when no shape reached the page
+boundary a ``PageBoundaryUntested`` warning names the two ways to make it reachable: a pool of at most so many
+tokens, or a ``max_seq_len`` of at least so many.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import pytest
+
+
+class PageBoundaryUntested(UserWarning):
+    """Every shape was bounded by ``max_seq_len`` before the pool: the page boundary itself was not reached."""
 
 
 @dataclass
@@ -42,6 +54,7 @@ class PageBoundaryResult:
     cached_before: int = 0            # cached blocks nobody held when the question was asked
     cached_after: int = 0             # ... once the long dummy held its blocks (all evicted: 0)
     split_errors: tuple = ()          # where free + reusable + in use did not add up to the pool
+    limit: str = "pages"              # what bounded the long dummy: "pages" (the pool) or "max_seq_len"
 
     @property
     def ok(self) -> bool:
@@ -50,9 +63,11 @@ class PageBoundaryResult:
 
     def __str__(self):
         held = "nothing (allocation failed)" if self.capacity_held is None else f"{self.capacity_held}"
+        bounded = (f"boundary {self.boundary} tokens" if self.limit == "pages" else
+                   f"bounded by max_seq_len: {self.boundary} tokens of capacity")
         return (f"batch_size={self.batch_size} draft_len={self.draft_len}: get_num_available_tokens="
                 f"{self.available_tokens}, tpb={self.tokens_per_block}, free blocks={self.free_blocks} after "
-                f"{self.batch_size - 1} short dummies (boundary {self.boundary} tokens), capacity asked="
+                f"{self.batch_size - 1} short dummies ({bounded}), capacity asked="
                 f"{self.capacity_asked}, capacity held={held}"
                 + (f", cached blocks {self.cached_before} before / {self.cached_after} after" if self.cached_before
                    else "") + "".join(f"; {e}" for e in self.split_errors))
@@ -101,6 +116,10 @@ def _one_shape(manager, d: int, bs: int, upper: int | None, request_id,
             errors.append(_split_error(manager, "before the long dummy"))
             cached = manager.get_block_counts().reusable
         bound = upper or (free + bs + 1) * tpb * 2  # beyond the pool: the answer is the boundary
+        max_seq_len, limit, boundary = getattr(manager, "max_seq_len", None), "pages", free * tpb
+        if isinstance(max_seq_len, int) and free * tpb - e - d > max_seq_len:
+            # no request may grow to the pool's boundary: check the one max_seq_len allows
+            bound, limit, boundary = min(bound, max_seq_len), "max_seq_len", min(bound, max_seq_len) + e + d
         available = manager.get_num_available_tokens(token_num_upper_bound=bound, batch_size=bs,
                                                      max_num_draft_tokens=d)
         dummies = manager.add_dummy_requests([request_id], token_nums=[available], is_gen=True,
@@ -112,8 +131,8 @@ def _one_shape(manager, d: int, bs: int, upper: int | None, request_id,
         if cached:
             errors.append(_split_error(manager, "with the long dummy held"))
             after = manager.get_block_counts().reusable
-        return PageBoundaryResult(d, tpb, free, available, available + e + d, held, free * tpb, bs, cached, after,
-                                  tuple(x for x in errors if x))
+        return PageBoundaryResult(d, tpb, free, available, available + e + d, held, boundary, bs, cached, after,
+                                  tuple(x for x in errors if x), limit)
     finally:
         for rid in held_ids:
             manager.free_resources(rid)
@@ -135,7 +154,21 @@ def check_page_boundary(make_manager: Callable[[int], object], draft_lens=(0, 4)
     failed = [r for r in results if not r.ok or r.capacity_asked != r.boundary]
     if failed:
         raise AssertionError("page-boundary check failed:\n  " + "\n  ".join(str(r) for r in failed))
+    if results and all(r.limit == "max_seq_len" for r in results):
+        warnings.warn(untested_message(make_manager(max(draft_lens)), results), PageBoundaryUntested, stacklevel=2)
     return results
+
+
+def untested_message(manager, results) -> str:
+    """Which limit to change so that a request can reach the page boundary."""
+    worst = max(results, key=lambda r: r.free_blocks)
+    tpb, msl, e = worst.tokens_per_block, manager.max_seq_len, manager.num_extra_kv_tokens
+    room = -(-(msl + e + worst.draft_len) // tpb)  # blocks one request of max_seq_len may hold
+    return (f"page boundary not reached: max_seq_len={msl} stops every dummy before the pool does (up to "
+            f"{worst.free_blocks} free blocks of {tpb} tokens = {worst.free_blocks * tpb} tokens after the short "
+            f"dummies); the check tested the max_seq_len bound instead. To test the page boundary, size the pool "
+            f"so that at most {room} blocks are free beside the shorts (fewer max_tokens), or raise max_seq_len to "
+            f"at least {worst.free_blocks * tpb - e - worst.draft_len}")
 
 
 @pytest.fixture

@@ -9,6 +9,10 @@ a suite that cannot see a historic defect come back is not guarding against it. 
 * ``full``: the whole lane per defect, as a release check; it also reports tests that caught a defect without
   being named (candidates for ``catchers``) and named catchers that did not fail.
 
+The contract suites run on the managers ``--target`` names (``--kvcm-target`` of every run); without it, on the
+targets the defect names (``registry.register(..., targets=("mine",))``: a user's adapter bug is run against the
+user's adapter), else on the session's (the ``kvcm_target`` ini value, else kvcm's defaults).
+
 Exits non-zero when a clean run fails or any defect is caught by fewer tests than required.
 """
 
@@ -53,7 +57,7 @@ def registered_defects() -> dict[str, dict]:
 
 
 def run_lane(lane: str, defect: str | None, extra: list[str], workdir: Path, tests: list[str] | None = None,
-             label: str | None = None) -> dict:
+             label: str | None = None, target: str | None = None) -> dict:
     """One pytest process: the lane, or just ``tests`` (node ids) when given; ``defect`` injected if any."""
     junit = workdir / f"{label or defect or 'clean'}.xml"
     select = list(tests) if tests else [f"--kvcm-lane={lane}"]
@@ -61,6 +65,8 @@ def run_lane(lane: str, defect: str | None, extra: list[str], workdir: Path, tes
            f"--junitxml={junit}", *extra]
     if defect:
         cmd.append(f"--kvcm-inject={defect}")
+    if target:
+        cmd.append(f"--kvcm-target={target}")
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     total, failed = failed_tests(junit)
@@ -130,20 +136,23 @@ def main(args) -> int:
     jobs = int(os.environ.get("KVCM_SENSITIVITY_JOBS", "1"))
     targeted = {n: registry[n]["catchers"] for n in names if mode == "fast" and registry[n]["catchers"]}
     union = sorted({c for cs in targeted.values() for c in cs})
-    plan = []  # (label, defect, tests): clean runs first
+    own = {n: ",".join(registry[n].get("targets") or ()) or None for n in names}
+    chosen = getattr(args, "target", None)
+    clean_target = chosen or ",".join(dict.fromkeys(t for n in names for t in registry[n].get("targets") or ())) or None
+    plan = []  # (label, defect, tests, target): clean runs first
     if union:
-        plan.append(("clean-catchers", None, union))
+        plan.append(("clean-catchers", None, union, clean_target))
     if len(targeted) < len(names):
-        plan.append(("clean", None, None))
-    plan += [(n, n, targeted.get(n)) for n in names]
+        plan.append(("clean", None, None, clean_target))
+    plan += [(n, n, targeted.get(n), chosen or own[n]) for n in names]
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvcm-sensitivity-") as tmp:
         with ThreadPoolExecutor(max_workers=jobs) as pool, Progress(len(plan), args.lane) as progress:
-            runs = list(pool.map(lambda p: progress.done(run_lane(args.lane, p[1], extra, Path(tmp), p[2], p[0])),
-                                 plan))
+            runs = list(pool.map(lambda p: progress.done(run_lane(args.lane, p[1], extra, Path(tmp), p[2], p[0],
+                                                                  p[3])), plan))
     cleans, defects = runs[:len(plan) - len(names)], runs[len(plan) - len(names):]
     ok = True
-    for (label, _, tests), clean in zip(plan, cleans):
+    for (label, _, tests, _target), clean in zip(plan, cleans):
         what = f"the {len(tests)} named catchers" if tests else f"lane {args.lane}"
         good = clean["returncode"] == 0 and not clean["caught_by"] and clean["tests"] > 0
         ok &= good
@@ -158,6 +167,8 @@ def main(args) -> int:
         enough = len(caught) >= need
         ok &= enough
         how = "its named catchers" if run["defect"] in targeted else f"lane {args.lane}"
+        on = chosen or own[run["defect"]]
+        how += f", --kvcm-target={on}" if on else ", the session's targets"
         verdict = (f"caught by {len(caught)} test(s) in {', '.join(_levels(caught))}" if caught else "UNCAUGHT")
         if caught and not enough:
             verdict += f": FEWER THAN {need}"
@@ -171,7 +182,9 @@ def main(args) -> int:
             for c in missed:
                 print(f"    named but did not fail: {c}")
         if not caught:
-            print(f"    no test failed (exit {run['returncode']}, {run['tests']} tests ran)")
+            print(f"    no test failed (exit {run['returncode']}, {run['tests']} tests ran"
+                  + ("" if on else "; a defect in your own adapter needs --target NAME, or targets= at registration")
+                  + ")")
     if args.json:
         Path(args.json).write_text(json.dumps({"mode": mode, "clean": cleans, "defects": defects}, indent=2))
     print(f"\nsensitivity ({mode}, {len(defects)} defects, {round(time.monotonic() - start)} s): "

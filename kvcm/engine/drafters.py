@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from .. import validation
+from . import reuse as _reuse
 from . import sampler
 from .ngram import NgramDrafter, NgramPool  # noqa: F401  (drafters, one import)
 from .runner import ModelRunner, StepItem
@@ -32,15 +33,39 @@ class ModelDrafter:
         num_draft = validation.count("num_draft", num_draft, 1)
         self.runner, self.manager, self.num_draft, self.graphs = runner, runner.mgr, num_draft, graphs
         self.history: dict[object, int] = {}     # tokens with KV in the draft's cache, per request
+        self.admitted: dict[object, int] = {}    # tokens the draft's manager was made with (block reuse)
+        self.reuse = False                       # set by the engine: admit with token ids (``reuse.py``)
         self.stats = SpecStats(name)
 
     # ---- capacity, mirrored from the scheduler's calls on the target ----------------------------------------
     def begin_chunk(self, seq, start: int, n: int) -> None:
-        self.manager.begin_context_chunk(seq.request_id, start, n, seq.prefill_len)
+        """The target's chunk ``[start, start + n)`` as the draft's cache needs it: with block reuse the two
+        caches hold different cached prefixes, so the draft computes from its own history to the chunk's end
+        (more than the target's chunk, or nothing when its cached prefix covers it)."""
+        rid = seq.request_id
+        if rid not in self.history:
+            h = None
+            if self.reuse:
+                tokens = seq.token_ids[:seq.prefill_len]
+                h = _reuse.admit(self.manager, rid, tokens)
+                if h is not None:
+                    self.admitted[rid] = len(tokens)
+            self.history[rid] = h or 0
+        h = self.history[rid]
+        if start + n > h:
+            self.manager.begin_context_chunk(rid, h, start + n - h, seq.prefill_len)
 
     def end_chunk(self, seq, history: int) -> None:
-        self.manager.end_context_chunk(seq.request_id, history)
-        self.history[seq.request_id] = history
+        if history > self.history[seq.request_id]:
+            self.manager.end_context_chunk(seq.request_id, history)
+            self.history[seq.request_id] = history
+
+    def chunk_item(self, seq, item: StepItem) -> StepItem | None:
+        """The draft's share of a target prefill item (from its own history), None when it has the KV."""
+        h, end = self.history[seq.request_id], item.start + len(item.token_ids)
+        if end <= h:
+            return None
+        return StepItem(seq.request_id, seq.token_ids[h:end], h, decode=False, num_logits=0)
 
     def _pending(self, seq) -> int:
         return seq.num_tokens - self.history[seq.request_id]
@@ -59,7 +84,10 @@ class ModelDrafter:
 
     def free(self, seq) -> None:
         self.history.pop(seq.request_id, None)
+        admitted = self.admitted.pop(seq.request_id, None)
         if self.manager.has_request(seq.request_id):
+            if admitted is not None:
+                _reuse.append_generated(self.manager, seq.request_id, seq.token_ids, admitted)
             self.manager.free_resources(seq.request_id)
 
     def close(self) -> None:
@@ -83,8 +111,8 @@ class ModelDrafter:
     def draft(self, seqs, items: list[StepItem]) -> None:
         """Feed this step's prefill chunks and propose ``D`` tokens for every verification item (in place)."""
         dec = [(s, it) for s, it in zip(seqs, items) if it.decode and it.num_logits > 1]
-        chunks = [StepItem(s.request_id, it.token_ids, it.start, decode=False, num_logits=0)
-                  for s, it in zip(seqs, items) if not it.decode]
+        chunks = [c for c in (self.chunk_item(s, it) for s, it in zip(seqs, items) if not it.decode)
+                  if c is not None]
         first = [self._catch_up(s) for s, _ in dec]
         if not dec:
             if chunks:

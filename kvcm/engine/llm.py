@@ -22,6 +22,7 @@ from . import checks
 from .cuda_graph import GraphPlan, build_cache
 from .drafters import ModelDrafter, NgramDrafter
 from . import page_usage as _page_usage
+from . import reuse as _reuse
 from .pipeline import StepPipeline
 from .scheduler import Scheduler
 from .sequence import SamplingParams, Sequence
@@ -81,7 +82,7 @@ class LLM:
                  cuda_graph: bool = False, cuda_graph_batch_sizes: list[int] | None = None,
                  cuda_graph_token_buckets: list[int] | None = None, graph_capture: bool | None = None,
                  overlap: bool = True, drafter=None, draft_kvcm_version: str | None = None,
-                 draft_kv_cache_config=None):
+                 draft_kv_cache_config=None, enable_block_reuse: bool | None = None):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
         (eagerly) on the CPU unless ``graph_capture`` says otherwise. ``overlap``: schedule and launch each
@@ -92,6 +93,11 @@ class LLM:
         with the executor), an ``NgramDrafter``, or a draft model (a causal LM sharing the tokenizer, with
         its own ``draft_kvcm_version`` cache; target and draft split one memory budget: ``kvcm.draft_budget``,
         unless ``draft_kv_cache_config`` sizes the draft's cache on its own).
+
+        ``enable_block_reuse``: admit each request with its token ids so its prefill computes only what its
+        manager has not cached (``reuse.py``; a draft model's cache reuses on its own); None follows
+        ``kv_cache_config.enable_block_reuse`` (on by default, as in TensorRT-LLM). ``reuse_stats``: the last
+        ``generate``'s hit rate.
 
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
         ``draft_kvcm_version=``.
@@ -153,8 +159,23 @@ class LLM:
             if getattr(self.drafter, "num_draft", None) != max_draft_len:
                 raise ConfigError("max_draft_len", max_draft_len, f"must equal the drafter's num_draft="
                                                                   f"{getattr(self.drafter, 'num_draft', None)!r}")
+        self.enable_block_reuse = self._reuse_flag(enable_block_reuse)
+        if isinstance(self.drafter, ModelDrafter):
+            self.drafter.reuse = self.enable_block_reuse and _reuse.can_reuse(self.drafter.manager)
+        self.reuse_stats = _reuse.ReuseStats()
         self.pipeline = StepPipeline(self, overlap=overlap)
         log.info("%r", self)
+
+    def _reuse_flag(self, asked) -> bool:
+        able = _reuse.can_reuse(self.manager)
+        if asked is None:
+            return able
+        if type(asked) is not bool:
+            raise ConfigError("enable_block_reuse", asked, "must be True, False or None")
+        if asked and not able:
+            raise ConfigError("enable_block_reuse", asked, "needs a manager with block reuse on "
+                                                           "(kv_cache_config.enable_block_reuse=True)")
+        return asked
 
     def reserved(self) -> str:
         """What this engine holds for its KV cache, in words (the draft model's cache too, when there is one)."""
@@ -212,7 +233,8 @@ class LLM:
         params = checks.sampling_params(params, SamplingParams)
         prompts = checks.prompts(prompts, self.tokenizer, self.model.config.vocab_size, self.max_seq_len)
         scheduler = Scheduler(self.manager, self.limits, eos_token_ids=self.eos_token_ids,
-                              tokenizer=self.tokenizer, drafter=self.drafter)
+                              tokenizer=self.tokenizer, drafter=self.drafter, reuse=self.enable_block_reuse)
+        self.reuse_stats = scheduler.reuse_stats
         if self.drafter is not None:
             self.drafter.stats = type(self.drafter.stats)(self.drafter.stats.name)
         seqs = []

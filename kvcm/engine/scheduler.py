@@ -30,14 +30,17 @@ from collections import deque
 
 from ..errors import OutOfPagesError
 from ..limits import Limits
+from . import reuse as _reuse
 from .runner import StepItem
 from .sequence import Sequence, Status
 
 
 class Scheduler:
-    def __init__(self, mgr, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None):
+    def __init__(self, mgr, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None,
+                 reuse: bool = False):
         """``limits``: the engine's ``kvcm.Limits`` (the one its caches were sized for); the scheduler reads the
-        batch size, the sequence length and the step's token budget from it."""
+        batch size, the sequence length and the step's token budget from it. ``reuse``: admit each request with
+        its token ids, so its prefill starts after its cached prefix (``reuse.py``)."""
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kvcm.Limits, got {type(limits).__name__}")
         self.mgr = mgr
@@ -49,6 +52,8 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.reuse = reuse
+        self.reuse_stats = _reuse.ReuseStats()
 
     max_batch_size = property(lambda self: self.limits.max_batch_size)
     max_seq_len = property(lambda self: self.limits.max_seq_len)
@@ -74,8 +79,11 @@ class Scheduler:
         self.num_preemptions += 1
 
     def _release(self, seq: Sequence) -> None:
-        """Free the sequence's pages on the target's and the drafter's caches."""
+        """Free the sequence's pages on the target's and the drafter's caches (telling a manager that reuses
+        the tokens it generated first, so it can store their blocks)."""
         if self.mgr.has_request(seq.request_id):
+            if seq.admitted_len is not None:
+                _reuse.append_generated(self.mgr, seq.request_id, seq.token_ids, seq.admitted_len)
             self.mgr.free_resources(seq.request_id)
         if self.drafter is not None:
             self.drafter.free(seq)
@@ -161,24 +169,30 @@ class Scheduler:
         for seq in prefills:
             if len(seqs) >= max_batch_size or budget < 1:
                 break
+            waiting = seq.status is Status.WAITING
+            if waiting and self.reuse and not self._lookup(seq):
+                break
             start = seq.num_computed
             n = int(min(seq.prefill_len - start, budget))
             grow = self._chunk_grow(seq, start, n)
-            if seq.status is Status.WAITING:
+            if waiting:
                 try:
                     grow()
                 except OutOfPagesError:
                     self._release(seq)     # the target may hold it when the drafter's cache was full
+                    seq.num_computed, seq.admitted_len = 0, None
                     break                  # keep FCFS order: nothing behind it is admitted either
                 self.waiting.remove(seq)
                 seq.status = Status.RUNNING
                 self.running.append(seq)
+                self._tally(seq)
             elif seq not in self.running or not self._grow(seq, grow, scheduled):
                 continue
             scheduled.add(seq.request_id)
             seqs.append(seq)
             items.append(StepItem(seq.request_id, seq.token_ids[start:start + n], start, decode=False,
                                   num_logits=int(start + n == seq.prefill_len)))
+            self.reuse_stats.computed_tokens += n
             budget -= n
         if not items and self.has_work:
             head = self.waiting[0] if self.waiting else self.running[0]
@@ -186,6 +200,28 @@ class Scheduler:
                                f"tokens of KV but the cache holds {self.mgr.get_num_free_blocks()} free blocks of "
                                f"{self.mgr.tokens_per_block} tokens with nothing else running; enlarge the cache")
         return seqs, items
+
+    def _lookup(self, seq: Sequence) -> bool:
+        """Make a waiting sequence with its known tokens, its prefill starting after its cached prefix. False
+        when the manager could not (a partial copy found no page): it waits, nothing made."""
+        tokens = seq.token_ids[:seq.prefill_len]
+        try:
+            start = _reuse.admit(self.mgr, seq.request_id, tokens)
+        except OutOfPagesError:
+            return False
+        if start is not None:
+            seq.num_computed, seq.admitted_len = start, len(tokens)
+        return True
+
+    def _tally(self, seq: Sequence) -> None:
+        st = self.reuse_stats
+        st.admissions += 1
+        st.prompt_tokens += seq.prefill_len
+        if seq.admitted_len is not None:
+            req = self.mgr.get_request_stats(seq.request_id)
+            st.reused_tokens += seq.num_computed
+            st.reused_blocks += req.reused_blocks
+            st.missed_blocks += req.missed_blocks
 
     # ---- after the forward -----------------------------------------------------------------------------------
     def commit(self, seqs: list[Sequence], items: list[StepItem]) -> list[tuple[Sequence, int]]:

@@ -79,6 +79,7 @@ class Sequence:
     finish_reason: str | None = None    # "eos", "stop_token", "stop_string", "length", "max_seq_len"
     stop_string: str | None = None
     num_preemptions: int = 0
+    admitted_len: int | None = None     # tokens the manager was given at admission (block reuse); None: none
     # the scheduler's decode item for this sequence, rewritten each step rather than made anew (256 a step at
     # batch 256): a step's items are read while it is launched and committed, never after
     decode_item: object = field(default=None, repr=False, compare=False)
@@ -109,6 +110,7 @@ class Sequence:
     def reset_for_recompute(self) -> None:
         """Preemption by recompute: the KV is gone; every known token is prefilled again on readmission."""
         self.num_computed = 0
+        self.admitted_len = None
         self.prefill_len = self.num_tokens
         self.status = Status.WAITING
         self.num_preemptions += 1

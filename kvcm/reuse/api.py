@@ -86,7 +86,8 @@ class ReuseMixin:
                            retention.decode_priority, retention_config is not None)
         tpb = self.tokens_per_block
         cache = self._reuse
-        fresh_before = self.pools[self._reported_group()].num_free
+        reported = self._reported_group()          # the group the counters describe, chosen before the match
+        fresh_before = self.pools[reported].num_free
         if cache is None:
             blocks = [[] for _ in self.layer_groups]
             match = None
@@ -103,13 +104,19 @@ class ReuseMixin:
                 if not group.is_full:
                     seq.stale_done[group.index] = min(group.stale_range(length, tpb)[1], len(blocks[group.index]))
         context = ceil_div(len(tokens), tpb)
-        reused = 0 if match is None else len(match.nodes) + (match.partial is not None)
+        matched = 0 if match is None else len(match.nodes) + (match.partial is not None)
+        # reused: the blocks the reported group takes (V2 leaves a sliding group's blocks before the window alone;
+        # TensorRT-LLM test_swa_context_reuse_stats_skip_stale_prefix_blocks counts 2 of a 16-token hit, window 8)
+        group = self.layer_groups[reported]
+        reused = 0 if match is None else (sum(1 for i in range(len(match.nodes))
+                                              if self._reuse_policy.needed(group, i, length, tpb))
+                                          + (match.partial is not None))
         copied = 0 if match is None else int(match.partial is not None and not match.in_place)
         c = state.counters
-        c.reused_blocks, c.missed_blocks = reused, context - reused
+        c.reused_blocks, c.missed_blocks = reused, context - matched
         # TensorRT-LLM counts a block in alloc_total each time one is taken from the free pool (a miss or a partial
         # copy) and in alloc_new when it held no cached tokens (it did not evict a cached block)
-        c.alloc_total_blocks = context - reused + copied
+        c.alloc_total_blocks = context - matched + copied
         c.alloc_new_blocks = min(c.alloc_total_blocks, fresh_before)
         c.reused_tokens, c.queried_tokens = length, len(tokens)
         self._reuse_totals.add(c)

@@ -4,23 +4,35 @@ Three modes, one code path, so a smoke run exercises exactly what a full gate do
 * ``gate`` (default): the score must reach the threshold computed for the samples actually run;
 * ``smoke``: the same, on a few samples (16), with the (wide) threshold computed for that n;
 * ``measure``: no verdict; the YAML entry to paste into ``ci/references/<task>.yaml`` is reported.
+
+A gate whose threshold lies below every possible score (too few samples for the reference and the confidence
+asked) *cannot decide*: ``passed`` is None, the message names the smallest n at which it could fail, and by
+default the test is skipped with that message (``undecided="skip"``), never reported as a pass;
+``undecided="record"`` records it and warns (``GateUndecidedWarning``), for a test whose own assertions (V1 == V2, say) stand apart.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .references import Reference, ReferenceError, entry_yaml, lookup_reference, normalize_spec
-from .thresholds import Threshold, compute_threshold
+from .thresholds import Threshold, compute_threshold, min_samples_to_fail
 
 MODES = ("gate", "measure", "smoke")
+UNDECIDED = ("skip", "record")
+CANNOT_DECIDE = "cannot decide"
 SMOKE_SAMPLES = 16
 DEFAULTS = {"alpha": 0.05, "beta": 0.2, "sigma": 50.0}
 
 
 class AccuracyGateError(AssertionError):
     """A gate that did not pass; the message carries everything needed to judge it."""
+
+
+class GateUndecidedWarning(UserWarning):
+    """A gate recorded with ``undecided="record"`` that could not decide (pytest lists it among the warnings)."""
 
 
 @dataclass
@@ -33,15 +45,31 @@ class GateOutcome:
     spec: dict[str, Any]
     reference: Reference | None = None
     threshold: Threshold | None = None
-    passed: bool | None = None  # None in measure mode
+    passed: bool | None = None  # None in measure mode, and when the gate cannot decide
     entry: str = ""  # measure mode: YAML to paste
     extra: dict[str, Any] = field(default_factory=dict)
+    min_samples: int | None = None  # the smallest n at which this gate can fail (None: at no n)
+
+    @property
+    def decided(self) -> bool:
+        """False in measure mode and when no possible score could fail the threshold."""
+        return self.threshold is not None and self.threshold.can_fail
 
     def message(self) -> str:
         if self.threshold is None:
             return (f"{self.task} measured for {self.model}: score {self.score:.3f} on n={self.num_samples} "
                     f"samples, spec {self.spec}. Entry to paste into ci/references/{self.task}.yaml:\n{self.entry}")
         t, ref = self.threshold, self.reference
+        if not t.can_fail:
+            where = "below the lowest" if t.higher_is_better else "above the highest"
+            scored = f"score {self.score:.3f}, " if self.score == self.score else ""  # NaN: checked before a run
+            need = (f"the smallest n at which this gate can fail is {self.min_samples:,}" if self.min_samples
+                    else "it can fail at no n: the reference is the worst score there is")
+            return (f"{self.task} accuracy gate {CANNOT_DECIDE} for {self.model} ({self.mode} mode): threshold "
+                    f"{t.threshold:.3f} at n={t.num_samples} is {where} possible score {t.worst_score:g}, so no score "
+                    f"could fail it ({scored}reference {t.reference:.3f}, alpha={t.alpha}, "
+                    f"sigma={t.sigma}); {need}; reference selected by spec {ref.spec} (entry {ref.index} of "
+                    f"{ref.model!r} in {ref.path})")
         verdict = "passed" if self.passed else "FAILED"
         rel = f"{'>=' if t.higher_is_better else '<='}" if self.passed else f"{'<' if t.higher_is_better else '>'}"
         return (
@@ -62,9 +90,13 @@ class AccuracyGate:
     """
 
     def __init__(self, mode: str = "gate", *, reference_dir=None, record: Callable[..., Any] | None = None,
-                 report: Callable[[str], Any] | None = None, kvcm_version: str | None = None):
+                 report: Callable[[str], Any] | None = None, kvcm_version: str | None = None,
+                 undecided: str = "skip"):
         if mode not in MODES:
             raise ValueError(f"accuracy mode must be one of {MODES}: got {mode!r}")
+        if undecided not in UNDECIDED:
+            raise ValueError(f"undecided must be one of {UNDECIDED}: got {undecided!r}")
+        self.undecided = undecided
         self.mode, self.reference_dir, self._record, self._report = mode, reference_dir, record, report
         self.kvcm_version = kvcm_version
         self.outcomes: list[GateOutcome] = []
@@ -86,9 +118,10 @@ class AccuracyGate:
         stats = {**DEFAULTS, **{k: v for k, v in ref.stats.items() if k in DEFAULTS}}
         hib = ref.stats.get("higher_is_better", True) if higher_is_better is None else higher_is_better
         out.reference = ref
-        out.threshold = compute_threshold(ref.accuracy, int(num_samples), alpha=stats["alpha"],
-                                          beta=stats["beta"], sigma=stats["sigma"], higher_is_better=hib)
-        out.passed = out.threshold.passes(float(score))
+        kw = dict(alpha=stats["alpha"], beta=stats["beta"], sigma=stats["sigma"], higher_is_better=hib)
+        out.threshold = compute_threshold(ref.accuracy, int(num_samples), **kw)
+        out.min_samples = min_samples_to_fail(ref.accuracy, **kw)
+        out.passed = out.threshold.passes(float(score)) if out.threshold.can_fail else None
         return out
 
     def __call__(self, task: str = "gsm8k", *, model: str, score: float, num_samples: int,
@@ -105,10 +138,18 @@ class AccuracyGate:
                 n=out.num_samples, passed=out.passed,
                 extra={"mode": self.mode, "spec": out.spec, **out.extra,
                        **({} if t is None else {"reference": t.reference, "theta": t.theta, "s": t.s,
-                                                 "alpha": t.alpha, "beta": t.beta, "sigma": t.sigma})})
+                                                 "alpha": t.alpha, "beta": t.beta, "sigma": t.sigma,
+                                                 "min_samples": out.min_samples}),
+                       **({"verdict": CANNOT_DECIDE} if t is not None and not t.can_fail else {})})
         if self.mode == "measure":
             if self._report is not None:
                 self._report(out.message())
+        elif not out.decided:
+            if self.undecided == "skip":
+                import pytest
+
+                pytest.skip(out.message())
+            warnings.warn(out.message(), GateUndecidedWarning, stacklevel=2)
         elif not out.passed:
             raise AccuracyGateError(out.message())
         return out

@@ -16,13 +16,15 @@ _NOT_DEFECT_MODULES = {"plugin"}
 @dataclass(frozen=True)
 class Defect:
     """One historic bug. ``patch(monkeypatch)`` puts it back; ``upstream`` names the issue, PR or test where it
-    was found or fixed; ``catchers`` are node-id prefixes of the tests expected to fail while it is injected."""
+    was found or fixed; ``catchers`` are node-id prefixes of the tests expected to fail while it is injected;
+    ``targets`` the ``--kvcm-target`` names it breaks (a user's adapter, say), which ``kvcm sensitivity`` runs."""
 
     name: str
     story: str
     patch: Callable[[pytest.MonkeyPatch], None]
     upstream: str = ""
     catchers: tuple[str, ...] = field(default_factory=tuple)
+    targets: tuple[str, ...] = field(default_factory=tuple)
 
 
 def defect(name: str, *, story: str, upstream: str, catchers=()) -> Callable[[Callable], Defect]:
@@ -44,8 +46,8 @@ class DefectRegistry:
         self._defects[d.name] = d
 
     def register(self, name: str, story: str, patch: Callable[[pytest.MonkeyPatch], None], *, upstream: str = "",
-                 catchers=()) -> None:
-        self.add(Defect(name, story, patch, upstream, tuple(catchers)))
+                 catchers=(), targets=()) -> None:
+        self.add(Defect(name, story, patch, upstream, tuple(catchers), tuple(targets)))
 
     def __getitem__(self, name: str) -> Defect:
         if name not in self._defects:

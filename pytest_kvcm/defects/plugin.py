@@ -47,7 +47,8 @@ def pytest_cmdline_main(config):
         if listing == "json":
             import json
 
-            print(json.dumps([{"name": d.name, "story": d.story, "upstream": d.upstream, "catchers": list(d.catchers)}
+            print(json.dumps([{"name": d.name, "story": d.story, "upstream": d.upstream, "catchers": list(d.catchers),
+                               "targets": list(d.targets)}
                               for d in config._kvcm_defects]))
         else:
             for d in config._kvcm_defects:

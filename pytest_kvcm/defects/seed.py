@@ -118,7 +118,9 @@ def context_constraint_ignores_extra(mp):
         story="sliding-window pages released one token early: attention read a freed page",
         catchers=("suites/managers/test_formulas.py::test_stale_range_formula",
                   "suites/managers/test_formulas.py::test_stale_blocks_released_by_v2_resize",
-                  "pytest_kvcm/contract/test_target_sliding_window.py::test_window_pages_follow_the_window"))
+                  "pytest_kvcm/contract/test_target_sliding_window.py::test_window_pages_follow_the_window",
+                  "suites/engine/test_gemma3_parity.py::test_prompts_inside_and_across_the_window_chunked",
+                  "suites/engine/test_gemma3_tiny.py::test_tiny_gemma3_v1_v2_hf"))
 def stale_window_early_release(mp):
     from kvcm.layer_groups import LayerGroup, ceil_div
 

@@ -33,9 +33,28 @@ class PoolSpec:
 class KVCacheTarget:
     """Base of every adapter: keeps each request's token count; subclasses do the engine calls.
 
-    Subclasses set ``page_size``, ``total_pages`` (the full-attention pool, reserved pages included),
-    ``reserved_pages`` and implement ``free_pages``, ``_allocate``, ``_grow``, ``_free`` and ``held_pages``.
-    ``differences`` documents, per contract check, how this engine departs from kvcm on purpose.
+    Required (checked when the session starts, ``adapter_check.py``; every contract test uses them):
+
+    * ``page_size`` (int >= 1), ``total_pages`` (the full-attention pool, reserved pages included),
+      ``reserved_pages`` (pages no request gets, vLLM's null block; default 0);
+    * ``free_pages() -> int``: pages a new request could still take;
+    * ``held_pages(rid) -> {"full": n}`` (plus ``"window": m`` with a sliding-window group);
+    * ``_allocate(rid, num_tokens, lookahead) -> bool``, ``_grow(rid, have, num_tokens, lookahead) -> bool``
+      (all or nothing: False leaves the request as it was), ``_free(rid)``.
+
+    Optional, each unlocking tests that otherwise skip with the reason:
+
+    * ``available_tokens(bound, batch_size=1, lookahead=0) -> int`` together with
+      ``allocate_generation(rids, token_nums, lookahead=0) -> bool`` (TensorRT-LLM's ``get_num_available_tokens``
+      and generation dummies): the 14 tests of ``test_target_available_tokens.py`` ("has no available-tokens query"
+      when absent);
+    * ``allocate_batch(rids, token_nums, lookahead=0) -> bool``: the engine's own all-or-none batch (default:
+      one ``allocate`` after another, undone on a refusal);
+    * ``releases_window_pages`` (default True; False skips ``test_target_sliding_window.py``), ``window_is_ring``
+      and ``window_tokens`` (a ring of pages or a widened window, checked as such);
+    * ``differences = {check: why}``: a documented difference of design; ``require(check)`` skips the tests
+      that assume kvcm's behaviour there, with the reason (keys used: ``exact_pool_size``, ``sliding_window``,
+      ``max_model_len``, ``failed_allocation``, ``lookahead``, ...).
     """
 
     name = "target"

@@ -37,6 +37,14 @@ class _KvcmTarget(KVCacheTarget):
     def _free(self, rid: str) -> None:
         self.manager.free_resources(rid)
 
+    def startup_accepts(self, spec: PoolSpec, max_num_batched_tokens: int, async_scheduling: bool = False) -> bool:
+        """kvcm's own start-up rule (kvcm/startup.py); async scheduling does not change it (one batch in flight)."""
+        from kvcm import startup
+
+        windows = (None,) if spec.sliding_window is None else (None, spec.sliding_window)
+        return startup.accepts(spec.num_pages, spec.page_size, spec.max_model_len, windows=windows,
+                               reserved_pages=self.reserved_pages, max_num_batched_tokens=max_num_batched_tokens)
+
     # ---- block reuse: add_sequence with the prompt's ids, reserved and computed at once -------------------------
     supports_reuse = True
 
@@ -168,7 +176,8 @@ class KvcmV1Target(_KvcmTarget):
                                                "a hybrid model's hit is the shortest over groups, 0",
                    "last_prompt_block": "TensorRT-LLM V1 stores the prompt less its last token at context end: the "
                                         "block that holds a block-aligned prompt's last token is stored by the "
-                                        "first decode step (at release, as a partial block), not with the prompt"}
+                                        "first decode step (at release, as a partial block), not with the prompt",
+                   "startup_window": "V1 keeps every page of a sliding-window layer, so no window bound applies"}
 
     def _build(self, spec: PoolSpec):
         from kvcm import KVCacheManagerV1

@@ -15,7 +15,7 @@ def pytest_addoption(parser):
     group = parser.getgroup("kvcm")
     group.addoption("--kvcm-target", default=None, metavar="NAMES",
                     help="comma-separated managers under test for the contract suites: kvcm-v1, kvcm-v2, kvcm-v4, "
-                         f"vllm, hf, trtllm, your own, or 'all' (ini: kvcm_target; default {DEFAULT})")
+                         f"vllm, sglang, hf, trtllm, your own, or 'all' (ini: kvcm_target; default {DEFAULT})")
     parser.addini("kvcm_target", "default for --kvcm-target", default=DEFAULT)
 
 

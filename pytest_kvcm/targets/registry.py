@@ -18,6 +18,12 @@ def _vllm(spec):
     return VllmTarget(spec)
 
 
+def _sglang(spec):
+    from .sglang_target import SglangTarget
+
+    return SglangTarget(spec)
+
+
 def _hf(spec):
     from .hf_target import HfPagedTarget
 
@@ -35,6 +41,7 @@ BUILTIN_TARGETS = {
     "kvcm-v2": _kvcm("KvcmV2Target"),
     "kvcm-v4": _kvcm("KvcmV4Target"),
     "vllm": _vllm,
+    "sglang": _sglang,
     "hf": _hf,
     "trtllm": _trtllm,
 }

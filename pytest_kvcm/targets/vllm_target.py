@@ -71,6 +71,17 @@ class VllmTarget(KVCacheTarget):
         self.page_size, self.total_pages = ps, spec.num_pages
         self._requests = {}
 
+    # vLLM issue #49878: since PR #47728 the sliding-window bound counts two batches in flight under async
+    # scheduling (max_in_flight_tokens = 2 * max_num_batched_tokens); kvcm counts one per request. Open in 0.32.0.
+    startup_findings = {"async_window_bound": "vLLM issue #49878 (PR #47728): async scheduling sizes the window "
+                                              "group for two in-flight batches per request; open in vllm 0.32.0"}
+
+    def startup_accepts(self, spec, max_num_batched_tokens, async_scheduling=False):
+        """vLLM's ``check_enough_kv_cache_memory`` on this pool (pytest_kvcm/targets/vllm_startup.py)."""
+        from .vllm_startup import startup_accepts
+
+        return startup_accepts(self, spec, max_num_batched_tokens, async_scheduling)
+
     def free_pages(self) -> int:
         return self.manager.block_pool.get_num_free_blocks()
 

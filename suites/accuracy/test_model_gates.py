@@ -7,8 +7,17 @@ skips with the reason while the engine or the model package is missing. What the
   accuracy spec key, so one reference must serve both;
 * the Hugging Face ``generate`` baseline (no kvcm at all) is the reference measurement and is itself tested
   here for batch invariance (left padding must not change greedy output).
-References: ``ci/references/gsm8k-arith.yaml`` (measured with the HF baseline); ``gsm8k.yaml`` has no SmolLM2
-entry yet, so the real-GSM8K slice runs in measure mode until one is pasted in.
+References: ``ci/references/gsm8k-arith.yaml`` (measured with the HF baseline) and ``gsm8k.yaml`` (the H200 run).
+
+What these gates can and cannot decide (issue 28.1). SmolLM2-135M scores low (14.583 on the arithmetic set,
+1.478 on GSM8K), and at sigma 50 / alpha 0.05 a gate on it can fail only from n = 64 (arithmetic: the set has 48)
+and n = 6,193 (GSM8K: the split has 1,319), so no run of these questions could fail it, at any size: a zero score
+would "pass". Decision: the gates stay, but report "cannot decide" instead of a pass: ``test_gsm8k_gate`` skips
+before generating (the ``gsm8k`` fixture checks first), and the V1/V2 tests record the undecided gate (dashboard:
+"cannot decide", plus a ``GateUndecidedWarning``) while passing or failing on what they *can* decide: V1 and V2
+give identical completions. A score gate that can fail needs a model whose reference clears the bar (Llama-3.1-8B
+at 74.2 can fail from n = 3), i.e. the GPU lane; ``suites/accuracy/test_undecidable_gates.py`` proves on both
+SmolLM2 references that a zero score fails at the smallest such n.
 """
 
 from __future__ import annotations
@@ -89,11 +98,13 @@ def test_gsm8k_gate(gsm8k, kvcm_version, pytestconfig, request):
     """The session's mode (gate / smoke / measure) on ``--kvcm-gsm8k`` data, default the embedded set.
 
     On a CPU the full gate (48 questions x 256 tokens per version) takes many minutes, so there it runs only
-    when ``--kvcm-accuracy`` is given explicitly; the 16-question V1/V2 tests below cover the CPU lane.
+    when ``--kvcm-accuracy`` is given explicitly; the 8-question V1/V2 tests below cover the CPU lane. With
+    SmolLM2's references it skips before generating: "cannot decide" (see the module docstring).
     """
     if device() == "cpu" and pytestconfig.getoption("kvcm_accuracy") is None:
         pytest.skip("full GSM8K gate on CPU runs only with an explicit --kvcm-accuracy=gate|smoke|measure")
-    model, tok = request.getfixturevalue("smollm2")  # after the skip: loading the model is not free
+    gsm8k.skip_if_undecidable(MODEL, SPEC)  # "cannot decide" before the model loads (the runner checks again)
+    model, tok = request.getfixturevalue("smollm2")  # after the skips: loading the model is not free
     gsm8k(kvcm_fn(model, tok, kvcm_version), model=MODEL, spec=SPEC, kvcm_version=kvcm_version)
 
 
@@ -101,7 +112,8 @@ def test_v1_v2_identical_scores_embedded_smoke(smollm2, kvcm_results, kvcm_progr
     model, tok = smollm2
     results = both_versions(model, tok, load_gsm8k(), SLICE, kvcm_progress)
     assert_identical(results)
-    gate = AccuracyGate("smoke", reference_dir=ROOT / "ci" / "references", record=kvcm_results.record)
+    gate = AccuracyGate("smoke", reference_dir=ROOT / "ci" / "references", record=kvcm_results.record,
+                        undecided="record")  # n=8 of a 14.583 reference: cannot decide (fails from n=64)
     for kvcm_version, r in results.items():
         gate("gsm8k-arith", model=MODEL, spec=SPEC, score=r.score, num_samples=r.num_samples,
              kvcm_version=kvcm_version, extra={"strict": r.strict, "flexible": r.flexible})
@@ -120,7 +132,8 @@ def test_v1_v2_identical_scores_real_gsm8k_slice(smollm2, kvcm_results, kvcm_pro
     except ReferenceError:
         mode = "measure"
     gate = AccuracyGate(mode, reference_dir=ROOT / "ci" / "references", record=kvcm_results.record,
-                        report=lambda msg: request.node.user_properties.append((MEASURE_PROP, msg)))
+                        report=lambda msg: request.node.user_properties.append((MEASURE_PROP, msg)),
+                        undecided="record")  # n=8 of a 1.478 reference: cannot decide (fails from n=6,193)
     for kvcm_version, r in results.items():
         gate("gsm8k", model=MODEL, spec=SPEC, score=r.score, num_samples=r.num_samples, kvcm_version=kvcm_version,
              extra={"strict": r.strict, "flexible": r.flexible, "dataset": f"gsm8k[:{SLICE}]"})

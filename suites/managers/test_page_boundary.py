@@ -103,3 +103,28 @@ def test_deepseek_v4_dummy_at_page_boundary_with_shorts_held(page_boundary_check
     results = page_boundary_check(make, draft_lens=(0, 4), batch_sizes=(1, 2, 3))
     assert [r.free_blocks for r in results] == [98, 97, 96, 39, 38, 37]
     assert all(r.capacity_held == r.boundary for r in results)
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_pool_larger_than_max_seq_len_checks_the_limit_it_has_and_names_the_one_to_change(version):
+    """Issue 28.5: a pool of 8,192 tokens with max_seq_len=1024 has no page boundary one request can reach; the
+    check tests the max_seq_len bound instead (no raw ConfigError about token_nums) and says which limit to move."""
+    import warnings
+
+    import kvcm
+    from pytest_kvcm.page_boundary import PageBoundaryUntested, check_page_boundary
+
+    def make(d, max_tokens=8192):
+        return kvcm.create_kv_cache_manager(version, kvcm.load_spec("qwen3-0.6b"),
+                                            kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=max_tokens),
+                                            max_batch_size=4, max_seq_len=1024, max_num_tokens=1024,
+                                            max_draft_len=d, device="meta")
+
+    with pytest.warns(PageBoundaryUntested, match=r"max_seq_len=1024 stops every dummy before the pool does .*"
+                                                   r"at most 32 blocks are free .* raise max_seq_len to at least 8192"):
+        results = check_page_boundary(make, draft_lens=(0, 4))
+    assert {(r.limit, r.available_tokens, r.capacity_held - r.draft_len) for r in results} == {("max_seq_len", 1024, 1024)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PageBoundaryUntested)  # a pool one request can fill: the page boundary
+        results = check_page_boundary(lambda d: make(d, max_tokens=1024), draft_lens=(0, 4))
+    assert all(r.limit == "pages" and r.capacity_held == r.boundary for r in results)

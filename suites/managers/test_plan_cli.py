@@ -149,3 +149,32 @@ def test_every_plan_option_states_its_default(capsys):
     missing = [name for name, entry in entries.items() if "(default: " not in entry and "default: " not in entry]
     assert not missing, f"options without a stated default: {missing}"
     assert "``" not in text
+
+
+def test_plan_says_what_block_reuse_does(capsys, monkeypatch):
+    """Reuse is on by default (TensorRT-LLM's KvCacheConfig); the plan says it sizes the same pools either way and
+    what changes at run time (docs/semantics.md 11.5), and DeepSeek-V4 applies whole-block reuse only."""
+    import dataclasses
+
+    import kvcm.plan
+
+    args = ["--model", "qwen3-0.6b", "-B", "4", "-S", "1024", "-N", "1024"]
+    rc, on = _plan(capsys, *args)
+    assert rc == 0
+    reuse = on["block_reuse"]
+    assert (reuse["enable_block_reuse"], reuse["enable_partial_reuse"], reuse["changes_pools"]) == (True, True, False)
+    assert any("count them as free" in line for line in reuse["at_run_time"])
+    assert kvcm.cli.main(["plan", *args]) == 0
+    text = capsys.readouterr().out
+    assert "block reuse on, partial reuse on [KvCacheConfig.enable_block_reuse]: the pools are sized the same" in text
+    assert "needs ceil(len / tpb) - reused new blocks" in text
+
+    real = kvcm.plan.cache_config
+    monkeypatch.setattr(kvcm.plan, "cache_config",
+                        lambda **kw: dataclasses.replace(real(**kw), enable_block_reuse=False))
+    rc, off = _plan(capsys, *args)
+    assert rc == 0 and off["block_reuse"]["enable_block_reuse"] is False and off["block_reuse"]["at_run_time"] == []
+    assert [m["final"] for m in off["managers"]] == [m["final"] for m in on["managers"]]   # the same pools
+
+    rc, v4 = _plan(capsys, "--model", "deepseek-v4-flash", "-B", "4", "-S", "1024", "-N", "1024")
+    assert rc == 0 and v4["block_reuse"]["enable_partial_reuse"] is False

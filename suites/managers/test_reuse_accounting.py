@@ -238,3 +238,34 @@ def test_reuse_off_caches_nothing(version):
     run(mgr, 0, list(range(12)), 100)
     assert prefill(mgr, 1, list(range(12))) == 0
     assert mgr.get_block_counts().reusable == 0 and mgr.reset_prefix_cache() is False
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_eviction_skips_blocks_a_live_request_holds(version):
+    """The oldest cached blocks are claimed by a live request: an allocation that must evict takes newer unheld
+    ones and leaves the held ones in the tree (TensorRT-LLM #17926: blocks detached under a live request)."""
+    mgr = build(version, blocks=8)
+    a, b = [1] * 4 + [2] * 4 + [9], [3] * 4 + [4] * 4 + [9]
+    run(mgr, "a", a, 0)                                    # oldest: [1..] [2..] [9]
+    run(mgr, "b", b, 0)
+    assert prefill(mgr, "c", a[:8] + [5]) == 8             # holds a's two whole blocks
+    held = mgr.block_table("c")[0][:2]
+    prefill(mgr, "d", list(range(100, 112)) + [7])         # 4 pages: 1 free, 3 evicted, none of them c's
+    assert _cached(mgr, a) == 2 and all(mgr._reuse.is_tree_page(0, p) for p in held)
+    assert not set(held) & {p for p in mgr.block_table("d")[0]}
+    counts_add_up(mgr)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_count_reusable_blocks_credits_only_held_blocks(version):
+    """TensorRT-LLM PR #11490 ``countReusableBlocks(onlyAllocated)``: with only_allocated, the matched blocks some
+    request holds; cached blocks nobody holds are already in the free count and are not credited twice."""
+    mgr = build(version, blocks=16)
+    tokens = list(range(12)) + [50, 51, 52, 53, 60]
+    run(mgr, 0, tokens, 100)                               # 4 whole blocks and [60] cached, nobody holds
+    assert mgr.count_reusable_blocks(tokens) == 0
+    assert mgr.count_reusable_blocks(tokens, only_allocated=False) == 4
+    prefill(mgr, 1, list(range(8)) + [70])                 # holds two of them
+    assert mgr.count_reusable_blocks(tokens) == 2
+    assert mgr.count_reusable_blocks(tokens, only_allocated=False) == 4
+    assert mgr.get_block_counts().reusable == 5 - 2        # asking changed nothing
