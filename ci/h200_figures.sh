@@ -9,15 +9,23 @@
 #               --kvcm-lane=l0_h200 --kvcm-version=both --kvcm-slow
 #   spec        benchmarks/gpu_spec.py: speculative decoding's exactness and speed against plain graph decode
 #   drift       benchmarks/kernel_drift.py: which component moves bf16 logits from fp32
-# Needs KVCM_SMOLLM2_GGUF and KVCM_GSM8K_DIR (../shared/tools/gpu-stage's setup.sh sets both) and the wheels of
-# ci/gpu_wheels.sh installed. BUDGET_S (default 560) bounds each part; the lane is interrupted (SIGINT: pytest
+#   gemma       Gemma 3 270M: its GPU gates (suites/engine/test_gemma3_cuda.py, test_gemma3_tiny.py on CUDA) and
+#               benchmarks/fewshot.py on all 1,319 GSM8K questions 5-shot (bf16, batch 256): HF generate, then kvcm
+#               V2 and V1 on graphs with block reuse off and on, until DEADLINE_S (default 570) s into the script
+# Needs KVCM_GSM8K_DIR and the wheels of ci/gpu_wheels.sh installed; every part but gemma needs KVCM_SMOLLM2_GGUF
+# (../shared/tools/gpu-stage's setup.sh sets it and KVCM_GSM8K_DIR), gemma needs KVCM_GEMMA3_GGUF (ci/gemma_stage.sh's
+# setup.sh sets it, KVCM_GSM8K_DIR and the wheels). BUDGET_S (default 560) bounds each part; the lane is interrupted (SIGINT: pytest
 # still prints its counts) rather than killed. Logs go to OUT (default .).
 set -uo pipefail
 out=${OUT:-.}
 budget=${BUDGET_S:-560}
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(throughput lane spec drift)
-: "${KVCM_SMOLLM2_GGUF:?set it (gpu-stage setup.sh does)}" "${KVCM_GSM8K_DIR:?set it}"
+[ ${#parts[@]} -gt 0 ] || parts=(throughput lane spec drift)   # gemma runs only when named (its model is staged apart)
+: "${KVCM_GSM8K_DIR:?set it}"
+for part in "${parts[@]}"; do
+  if [ "$part" = gemma ]; then : "${KVCM_GEMMA3_GGUF:?set it (ci/gemma_stage.sh setup.sh does)}"
+  else : "${KVCM_SMOLLM2_GGUF:?set it (gpu-stage setup.sh does)}"; fi
+done
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 quiet() { grep -v -E "Loading weights|Converting|Writing model|Warning|warn" ; }
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
@@ -38,7 +46,16 @@ for part in "${parts[@]}"; do
         | tee "$out/gpu_spec.log" ;;
     drift)
       timeout "$budget" python3 benchmarks/kernel_drift.py --num-prompts 16 --max-new-tokens 96 2>&1 | quiet | tail -8 ;;
-    *) echo "h200_figures: unknown part '$part' (throughput, lane, spec, drift)" >&2; exit 2 ;;
+    gemma)
+      t0=$SECONDS
+      python3 -c "from kvcm.models.gemma3 import gemma3_cache_dir; print('gemma: converted to', gemma3_cache_dir())" 2>&1 | quiet
+      echo "gemma: GGUF de-quantized in $((SECONDS - t0)) s"
+      timeout -s INT 200 python3 -m pytest -p pytest_kvcm.plugin suites/engine/test_gemma3_cuda.py \
+        suites/engine/test_gemma3_tiny.py -q -ra -s 2>&1 | grep -v -E "Warning|warn" | tail -25 | tee "$out/gemma_gates.log"
+      timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model gemma-3-270m --shots 5 --num-prompts 0 \
+        --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/gemma_fewshot.json" 2>&1 | quiet \
+        | tee "$out/gemma_fewshot.log" ;;
+    *) echo "h200_figures: unknown part '$part' (throughput, lane, spec, drift, gemma)" >&2; exit 2 ;;
   esac
 done
 echo "== done at ${SECONDS} s"

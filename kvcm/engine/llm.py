@@ -6,6 +6,7 @@ prove that a cache manager's capacity decisions give exactly the tokens an uncac
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -43,6 +44,7 @@ class RequestOutput:
     finish_reason: str | None = None
     logits_margins: list[float] = field(default_factory=list)
     num_preemptions: int = 0
+    first_token_s: float | None = None     # seconds from the generate() call to its first output token
 
 
 def eos_token_ids(model, tokenizer) -> tuple[int, ...]:
@@ -244,14 +246,16 @@ class LLM:
             seqs.append(seq)
         self.last_scheduler = scheduler
         _page_usage.reset(self.manager)
+        started = time.perf_counter()
         self.pipeline.run(scheduler)
-        return [self._output(s) for s in seqs]
+        return [self._output(s, started) for s in seqs]
 
-    def _output(self, seq: Sequence) -> RequestOutput:
+    def _output(self, seq: Sequence, started: float) -> RequestOutput:
         text = None
         if self.tokenizer is not None:
             text = self.tokenizer.decode(seq.output_token_ids, skip_special_tokens=True)
             if seq.stop_string is not None and seq.stop_string in text:
                 text = text[:text.index(seq.stop_string)]
+        first = seq.first_token_time - started if seq.first_token_time is not None else None
         return RequestOutput(seq.index, seq.prompt_token_ids, seq.output_token_ids, text, seq.finish_reason,
-                             seq.logits_margins, seq.num_preemptions)
+                             seq.logits_margins, seq.num_preemptions, first)

@@ -26,6 +26,8 @@ tokens, so these steps are not overlapped. The output is exactly plain greedy de
 """
 from __future__ import annotations
 
+import time
+
 from collections import deque
 
 from ..errors import OutOfPagesError
@@ -264,6 +266,8 @@ class Scheduler:
                 continue
             out[pos] = tok
             seq.logits_margins[pos] = margin
+            if not pos:
+                seq.first_token_time = time.perf_counter()
             if check_stop(seq, pos):
                 del seq.output_token_ids[pos + 1:], seq.logits_margins[pos + 1:]
                 self._retire(seq)
@@ -302,6 +306,8 @@ class Scheduler:
                 seq.num_computed = item.start + len(item.token_ids)
                 self.mgr.end_context_chunk(rid, seq.num_computed)
                 self.drafter.end_chunk(seq, seq.num_computed)
+            if not seq.output_token_ids and want:
+                seq.first_token_time = time.perf_counter()
             for tok, margin in zip(want, wmargins):
                 seq.output_token_ids.append(tok)
                 seq.logits_margins.append(margin)

@@ -78,6 +78,7 @@ class Sequence:
     prefill_len: int = 0                # tokens to prefill since the last admission
     finish_reason: str | None = None    # "eos", "stop_token", "stop_string", "length", "max_seq_len"
     stop_string: str | None = None
+    first_token_time: float | None = None   # time.perf_counter() when its first output token was read
     num_preemptions: int = 0
     admitted_len: int | None = None     # tokens the manager was given at admission (block reuse); None: none
     # the scheduler's decode item for this sequence, rewritten each step rather than made anew (256 a step at

@@ -24,11 +24,12 @@ def _margins(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def hf_generate(model, prompts: list[list[int]], max_new_tokens: int, eos_token_id=None, batch_size: int = 32,
-                pad_token_id: int | None = None, margins: bool = True) -> list[GenOutput]:
+                pad_token_id: int | None = None, margins: bool = True, **generate_kwargs) -> list[GenOutput]:
     """Greedy Hugging Face ``generate`` in batches with left padding. Output i belongs to prompt i; tokens after
     the first EOS (kept) are cut. Margins come from the raw logits (``output_logits=True``), not the processed
     scores, so they are the numbers a near-tie judgement needs; ``margins=False`` keeps no logits (the plain
-    ``generate`` a throughput baseline should time)."""
+    ``generate`` a throughput baseline should time). ``generate_kwargs`` go to ``generate`` as they are (a
+    benchmark's ``stop_strings`` with its ``tokenizer``)."""
     if eos_token_id is None:
         eos_token_id = model.generation_config.eos_token_id
     eos = set(eos_token_id if isinstance(eos_token_id, (list, tuple)) else [eos_token_id]) - {None}
@@ -49,7 +50,7 @@ def hf_generate(model, prompts: list[list[int]], max_new_tokens: int, eos_token_
         res = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
                              max_new_tokens=max_new_tokens, min_new_tokens=0, eos_token_id=sorted(eos) or None,
                              pad_token_id=pad_token_id, return_dict_in_generate=True, output_logits=margins,
-                             num_beams=1, temperature=None, top_p=None, top_k=None)
+                             num_beams=1, temperature=None, top_p=None, top_k=None, **generate_kwargs)
         gen = res.sequences[:, width:].cpu()
         top = torch.stack([_margins(step) for step in res.logits], dim=1).cpu() if margins and res.logits else None
         for i in range(len(chunk)):

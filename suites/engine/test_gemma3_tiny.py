@@ -66,6 +66,28 @@ def test_tiny_gemma3_v1_v2_hf(model, chunk):
     model.to("cpu")
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_tiny_gemma3_reuses_a_prefix_longer_than_the_window(model, version):
+    """A second request sharing 60 tokens (almost four windows) with the first: block reuse on gives the tokens
+    of reuse off, and the cached length reaches past the window (V1 the whole prefix; V2 what its sliding group
+    still holds in window at the final length, docs/semantics.md 11.2)."""
+    device = _device()
+    model.to(device)
+    shared = random_prompts(7, [60])[0]
+    first, second = shared + random_prompts(8, [10])[0], shared + random_prompts(9, [12])[0]
+    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
+    runs = {}
+    for reuse in (False, True):
+        llm = LLM(model, kvcm_version=version, max_batch_size=4, max_seq_len=256, device=device,
+                  enable_block_reuse=reuse,
+                  kv_cache_config=kvcm.KvCacheConfig(max_tokens=1024, tokens_per_block=4, dtype="float32"))
+        runs[reuse] = [llm.generate([p], params)[0].token_ids for p in (first, second)]
+        if reuse:
+            assert llm.reuse_stats.reused_tokens > WINDOW, str(llm.reuse_stats)
+    model.to("cpu")
+    assert runs[True] == runs[False]
+
+
 @pytest.mark.slow
 def test_tiny_gemma3_under_the_triton_interpreter():
     """The same gates through the Triton kernels, executed by the interpreter on this CPU."""
