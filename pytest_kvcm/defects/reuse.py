@@ -94,6 +94,8 @@ def v4_partial_reuse_on_compressed(mp):
         story="eviction took the oldest cached page whether or not a running request held it: that request's "
               "blocks left the tree and their pages were handed to another request",
         catchers=(_BOOKS + "test_eviction_skips_blocks_a_live_request_holds",
+                  "suites/conformance/test_reuse_scopes_and_holds.py::"
+                  "test_churn_never_detaches_blocks_a_live_request_holds",
                   "suites/engine/test_reuse_parity.py::test_reuse_after_preemption"))
 def reuse_evicts_referenced_block(mp):
     _seams().replace(mp, "may_evict", lambda refs: True)
