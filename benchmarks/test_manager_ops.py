@@ -12,7 +12,8 @@ boundary every time (capacity 1023 -> 1026 -> 1024), so it allocates and release
 Block reuse (docs/semantics.md 11): ``test_reuse_off_costs_nothing`` times the same calls on this tree with reuse
 off and on (requests without token ids) and on main before reuse existed (``PRE_REUSE``, extracted with ``git
 archive``), back to back in one run, and the reuse check itself; ``test_match_scales_with_prompt_not_pool`` times
-a full-hit match on a 1K and a 1M block pool (the 1M one with 256K other blocks cached) at three prompt lengths.
+a full-hit match on a 1K and a 1M block pool (the 1M one with 256K other blocks cached) at three prompt lengths,
+and ``test_fixed_prompt_match_on_10k_100k_1m_pools`` one 2048-token prompt on pools of 10K, 100K and 1M blocks.
 """
 
 from __future__ import annotations
@@ -222,3 +223,35 @@ def test_match_scales_with_prompt_not_pool(kvcm_version, capsys):
         assert times[("1M", n)][0] < 3 * times[("1K", n)][0] and times[("1M", n)][1] < 3 * times[("1K", n)][1]
     # proportional to the prompt: 32x the tokens costs far more than 32 / 4 = 8x, far less than 32 * 4 = 128x
     assert 4 < times[("1M", 8192)][0] / times[("1M", 256)][0] < 128
+
+
+def test_fixed_prompt_match_on_10k_100k_1m_pools(kvcm_version, capsys):
+    """One prompt (2048 tokens, 64 blocks) cached in full and matched again on pools of 10K, 100K and 1M blocks,
+    each with a quarter of its blocks cached by other prompts: the walk (``count_reusable_blocks``) and the whole
+    hit (``add_sequence`` + ``free_resources``) must cost the same on every pool (a match follows the prompt's
+    blocks down the tree; nothing in it scans the pool or the cache)."""
+    n, sizes = 2048, {"10K": 10_000, "100K": 100_000, "1M": 1 << 20}
+    times = {}
+    for size, blocks in sizes.items():
+        mgr = _cached_manager(kvcm_version, blocks, blocks // 4 // 64)
+        prompt = list(range(7, 7 + n))
+        mgr.add_sequence("warm", prompt)
+        mgr.begin_context_chunk("warm", 0, n, n)
+        mgr.end_context_chunk("warm", n)
+        mgr.free_resources("warm")
+
+        def hit(mgr=mgr, prompt=prompt):
+            assert mgr.add_sequence("hit", prompt) == n - 1
+            mgr.free_resources("hit")
+
+        walk = min(timeit.repeat(lambda mgr=mgr, prompt=prompt: mgr.count_reusable_blocks(prompt, only_allocated=False),
+                                 number=20, repeat=7)) / 20
+        times[size] = (walk, min(timeit.repeat(hit, number=20, repeat=7)) / 20, mgr.get_block_counts().reusable)
+        del mgr
+    with capsys.disabled():
+        print(f"\n[{kvcm_version}] full-hit match of one {n}-token prompt, a quarter of each pool cached:")
+        for size, (walk, whole, cached) in times.items():
+            print(f"[{kvcm_version}]   {size:>4} blocks ({cached:,} cached): walk {walk * 1e6:7.1f} us, "
+                  f"add_sequence+free {whole * 1e6:7.1f} us")
+    walks, wholes = [t[0] for t in times.values()], [t[1] for t in times.values()]
+    assert max(walks) < 3 * min(walks) and max(wholes) < 3 * min(wholes)   # 100x the pool, not 100x the cost
