@@ -207,6 +207,8 @@ def test_a_failed_partial_copy_changes_nothing(version):
     (lambda m: m.add_sequence(1, []), "token_ids"),
     (lambda m: m.add_sequence(1, "abc"), "token_ids"),
     (lambda m: m.add_sequence(1, [1], lora_task_id=-1), "lora_task_id"),
+    (lambda m: m.add_sequence(1, [1], cache_salt=["a"]), "cache_salt"),
+    (lambda m: m.count_reusable_blocks([1], lora_task_id=-1), "lora_task_id"),
     (lambda m: m.add_sequence(1, [1], retention_config=35), "retention_config"),
     (lambda m: kvcm.KvCacheRetentionConfig(priority=-1), "priority"),
     (lambda m: kvcm.KvCacheRetentionConfig(priority=101), "priority"),
