@@ -1,7 +1,8 @@
 """Time the engine's per-request calls of one kvcm tree (``python _ops_peer.py ROOT VERSION REUSE``), printing JSON.
 
 Run in a subprocess by ``test_manager_ops.py`` so that two trees (this one, and main before block reuse existed)
-can be measured back to back in one run: both import as ``kvcm``. ``REUSE`` is ``on``, ``off`` or ``absent`` (a
+can be measured back to back in one run: both import as ``kvcm``. Prints each call's median time and the number of
+function calls it makes (``seconds``, ``calls``). ``REUSE`` is ``on``, ``off`` or ``absent`` (a
 tree whose ``KvCacheConfig`` has no ``enable_block_reuse``).
 """
 
@@ -48,9 +49,10 @@ def main(root: str, version: str, reuse: str) -> None:
             mgr.free_resources("r")
         context()
 
-    out = {}
+    out, calls = {}, {}
     for name, fn, prepare in (("context+free", cycle, None), ("generation resize", step, reset),
                               ("get_num_available_tokens", available, None)):
+        calls[name] = _calls(fn, prepare)
         medians = []
         for _ in range(7):
             total = 0.0
@@ -62,7 +64,26 @@ def main(root: str, version: str, reuse: str) -> None:
                 total += time.perf_counter() - t0
             medians.append(total / 1000)
         out[name] = statistics.median(medians)
-    print(json.dumps(out))
+    print(json.dumps({"seconds": out, "calls": calls}))
+
+
+def _calls(fn, prepare, n: int = 100) -> float:
+    """Python and C function calls one ``fn()`` makes, counted over ``n`` calls: the same on any machine and under
+    any load, so a path that does more work shows it even where the timings are noise."""
+    count = 0
+
+    def profile(frame, event, arg):
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+
+    for _ in range(n):
+        if prepare:
+            prepare()
+        sys.setprofile(profile)
+        fn()
+        sys.setprofile(None)
+    return (count - n) / n          # less the one call of setprofile(None) itself each time
 
 
 if __name__ == "__main__":

@@ -39,6 +39,19 @@ def _token_ids(field: str, token_ids, *, allow_empty: bool = False) -> list[int]
     return out
 
 
+def _scope(lora_task_id, cache_salt) -> tuple:
+    """The root a request's blocks are filed under: (LoRA task id, cache salt), each None or checked."""
+    if lora_task_id is not None:
+        validation.count("lora_task_id", lora_task_id)
+    if cache_salt is not None:
+        try:
+            hash(cache_salt)
+        except TypeError:
+            raise ConfigError("cache_salt", cache_salt, "must be hashable (a string or an int), not "
+                              f"{type(cache_salt).__name__}") from None
+    return (lora_task_id, cache_salt)
+
+
 class ReuseMixin:
     _reuse_policy = None          # set by each version
 
@@ -79,10 +92,7 @@ class ReuseMixin:
             retention = retention_config
         else:
             raise ConfigError("retention_config", retention_config, "must be a kvcm.KvCacheRetentionConfig or None")
-        for name, value in (("lora_task_id", lora_task_id), ("cache_salt", cache_salt)):
-            if value is not None:
-                validation.request_id(value) if name == "cache_salt" else validation.count(name, value)
-        state = ReuseState(tokens, (lora_task_id, cache_salt), len(tokens), retention.priority,
+        state = ReuseState(tokens, _scope(lora_task_id, cache_salt), len(tokens), retention.priority,
                            retention.decode_priority, retention_config is not None)
         tpb = self.tokens_per_block
         cache = self._reuse
@@ -241,7 +251,7 @@ class ReuseMixin:
         validation.flag("only_allocated", only_allocated)
         if self._reuse is None:
             return 0
-        state = ReuseState(tokens, (lora_task_id, cache_salt), len(tokens), DEFAULT_RETENTION_PRIORITY,
+        state = ReuseState(tokens, _scope(lora_task_id, cache_salt), len(tokens), DEFAULT_RETENTION_PRIORITY,
                            DEFAULT_RETENTION_PRIORITY, False)
         match = self._find(state, tokens)
         return seams.reusable_credit([min(node.refs) for node in match.nodes], only_allocated)

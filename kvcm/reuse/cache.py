@@ -47,7 +47,10 @@ class ReuseCache:
             self.queues[g].push(node)
 
     def drop(self, node: Node, g: int) -> None:
-        """A request lets go of the node's page in group g."""
+        """A request lets go of the node's page in group g; a page nobody holds is refused (a table that lists
+        it twice, vLLM #42571), before any count moves."""
+        if node.refs[g] <= 0:
+            raise RuntimeError(f"block {node.pages[g]} released twice")
         node.refs[g] -= 1
         left = node.refs[g]
         self.pools[g].num_reusable += seams.reusable_gain(left)

@@ -10,7 +10,7 @@ import pytest
 
 import kvcm
 from kvcm.errors import ConfigError, OutOfPagesError
-from _reuse_driver import build, counts_add_up, prefill, run, swa_spec
+from _reuse_driver import build, counts_add_up, decode, prefill, run, swa_spec
 
 VERSIONS = ["v1", "v2"]
 
@@ -207,6 +207,8 @@ def test_a_failed_partial_copy_changes_nothing(version):
     (lambda m: m.add_sequence(1, []), "token_ids"),
     (lambda m: m.add_sequence(1, "abc"), "token_ids"),
     (lambda m: m.add_sequence(1, [1], lora_task_id=-1), "lora_task_id"),
+    (lambda m: m.add_sequence(1, [1], cache_salt=["a"]), "cache_salt"),
+    (lambda m: m.count_reusable_blocks([1], lora_task_id=-1), "lora_task_id"),
     (lambda m: m.add_sequence(1, [1], retention_config=35), "retention_config"),
     (lambda m: kvcm.KvCacheRetentionConfig(priority=-1), "priority"),
     (lambda m: kvcm.KvCacheRetentionConfig(priority=101), "priority"),
@@ -242,17 +244,25 @@ def test_reuse_off_caches_nothing(version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_eviction_skips_blocks_a_live_request_holds(version):
-    """The oldest cached blocks are claimed by a live request: an allocation that must evict takes newer unheld
-    ones and leaves the held ones in the tree (TensorRT-LLM #17926: blocks detached under a live request)."""
+    """The oldest cached leaf is claimed by a live request while its place in the eviction order stays: an
+    allocation that must evict takes the newer unheld leaf and never the held page (TensorRT-LLM #17926: blocks
+    detached under a live request)."""
     mgr = build(version, blocks=8)
-    a, b = [1] * 4 + [2] * 4 + [9], [3] * 4 + [4] * 4 + [9]
-    run(mgr, "a", a, 0)                                    # oldest: [1..] [2..] [9]
-    run(mgr, "b", b, 0)
-    assert prefill(mgr, "c", a[:8] + [5]) == 8             # holds a's two whole blocks
+    if version == "v1":                                    # V1 stores what decode computed: end on a boundary
+        run(mgr, "a", [1] * 4 + [2] * 3, 2, 9)             # [1..] <- [2..], a leaf
+        run(mgr, "b", [3] * 4 + [4] * 3, 4, 9)
+        c = [1] * 4 + [2] * 4 + [5]                        # holds both; [5] is stored only at its release
+    else:
+        run(mgr, "a", [1] * 4 + [2] * 4)                   # V2 commits prompt blocks
+        run(mgr, "b", [3] * 4 + [4] * 4)
+        c = [1] * 4 + [2] * 4                              # [2..] recomputed, then rebased onto the cached page
+    prefill(mgr, "c", c)
     held = mgr.block_table("c")[0][:2]
-    prefill(mgr, "d", list(range(100, 112)) + [7])         # 4 pages: 1 free, 3 evicted, none of them c's
-    assert _cached(mgr, a) == 2 and all(mgr._reuse.is_tree_page(0, p) for p in held)
-    assert not set(held) & {p for p in mgr.block_table("d")[0]}
+    assert all(mgr._reuse.is_tree_page(0, p) for p in held)
+    free = mgr.get_block_counts().free
+    prefill(mgr, "d", list(range(100, 100 + 4 * (free + 1))))   # one page more than is free: one eviction
+    assert not set(held) & set(mgr.block_table("d")[0]), "a page the running request holds was handed out"
+    assert _cached(mgr, [1] * 4 + [2] * 4) == 2 and _cached(mgr, [3] * 4 + [4] * 4) == 1
     counts_add_up(mgr)
 
 
@@ -269,3 +279,41 @@ def test_count_reusable_blocks_credits_only_held_blocks(version):
     assert mgr.count_reusable_blocks(tokens) == 2
     assert mgr.count_reusable_blocks(tokens, only_allocated=False) == 4
     assert mgr.get_block_counts().reusable == 5 - 2        # asking changed nothing
+
+
+
+def _with_a_decode_page(mgr, rid):
+    """A request of two stored prompt blocks that decoded into a third page, private to it."""
+    prefill(mgr, rid, list(range(8)))
+    mgr.append_tokens(rid, [100])
+    decode(mgr, rid, 101)
+    page = mgr.block_table(rid)[0][-1]
+    assert not mgr._reuse.is_tree_page(0, page)
+    return page
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_page_released_twice_is_refused(version):
+    """The reuse cache gives a private page back once: a release that lists it twice (vLLM #42571:
+    ``free_blocks([b, b])`` queued one block twice and ``num_free_blocks`` grew by two) is refused at the second."""
+    mgr = build(version, blocks=8)
+    page = _with_a_decode_page(mgr, 1)
+    free = mgr.pools[0].num_free
+    with pytest.raises(RuntimeError, match=f"block {page} released twice"):
+        mgr._reuse.release(0, [page, page])
+    assert mgr.pools[0].num_free == free + 1 and mgr.pools[0]._free.count(page) == 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_block_table_listing_a_page_twice_is_refused_on_free(version):
+    """A request whose table lists one page at two places (vLLM #42571's sliding window, where a block re-entered
+    the window and was listed again): freeing it refuses the second release, and the free count an engine reads
+    never passes the pool (V1 files the page in the tree at release first: the second drop is refused there)."""
+    mgr = build(version, blocks=8)
+    page = _with_a_decode_page(mgr, 1)
+    mgr.block_tables([1])[0][0].append(page)               # the table the engine keeps now lists that page twice
+    with pytest.raises(RuntimeError, match="released twice"):
+        mgr.free_resources(1)
+    assert mgr.get_num_free_blocks() <= 8
+    c = mgr.get_block_counts()
+    assert c.free + c.reusable <= c.total

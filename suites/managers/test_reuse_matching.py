@@ -78,6 +78,15 @@ def test_keys_compare_every_token(version):
     assert prefill(mgr, 2, list(range(6)) + [99] * 6) == 6    # [0..3] whole, [4, 5] of the next (partial)
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_blocks_with_the_same_digest_share_nothing(version):
+    """Each block holds the same tokens in another order (the same count, the same sum: a weak digest of them
+    collides): nothing is reused (vLLM GHSA-rm76-4mrf-v9r8 / PR #12621, blocks found by a colliding hash)."""
+    mgr = build(version)
+    run(mgr, 0, list(range(12)), 100)
+    assert prefill(mgr, 1, [1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10]) == 0
+
+
 def test_v1_stores_full_blocks_at_context_end_and_each_block_in_decode():
     mgr = build("v1", blocks=16)
     prefill(mgr, 0, list(range(10)))                        # context end: [0..3] [4..7] (tokens less the last)

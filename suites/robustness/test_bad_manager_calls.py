@@ -125,3 +125,25 @@ def test_good_calls_still_work(kind):
     out = mgr.add_dummy_requests(("a", 7), token_nums=[MAX_SEQ_LEN, 1], is_gen=True, max_num_draft_tokens=2)
     assert [d.request_id for d in out] == ["a", 7] and mgr.has_request(7)
     assert mgr.get_num_available_tokens(token_num_upper_bound=10, batch_size=1) == 10
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_block_table_the_engine_wrote_to_cannot_free_a_page_twice(kind):
+    """An engine that appended to the table ``block_tables`` lent it (vLLM #42571's sliding window listed a block
+    again when it re-entered the window) frees the request: the second release of the page is refused with the
+    block named, and no pool ever counts more free pages than it has or lists a page twice."""
+    mgr = make_manager(kind)
+    tpb = mgr.tokens_per_block
+    mgr.add_sequence("r", list(range(2 * tpb)))
+    mgr.begin_context_chunk("r", 0, 2 * tpb, 2 * tpb)
+    mgr.end_context_chunk("r", 2 * tpb)
+    mgr.append_tokens("r", [7])
+    mgr.begin_generation("r")
+    mgr.end_generation("r", 2 * tpb + 2)
+    for g, table in enumerate(mgr.block_tables(["r"])[0]):
+        table.append(table[-1])
+    with pytest.raises(RuntimeError, match="released twice"):
+        mgr.free_resources("r")
+    for pool in mgr.pools:
+        assert pool.num_free + pool.num_reusable <= pool.num_blocks
+        assert len(set(pool._free)) == len(pool._free)
