@@ -60,6 +60,8 @@ def test_eviction_takes_the_deepest_block_of_a_prefix_first(kvcm_target, miss_pa
     t.free("0")
     t.free("1")
     assert t.allocate_prompt("miss", [99] * (PS * miss_pages)) == 0
+    if "whole_node_eviction" in t.differences and miss_pages > 7:
+        hit = 0  # the prefix is one radix node of three pages (SGLang): any shortfall evicts all of it
     assert t.lookup(COMMON + [5] * 3) == hit, (f"{t}: a miss of {miss_pages} pages evicts "
                                                f"{miss_pages - 7} block(s) of the prefix from its end")
 

@@ -18,7 +18,9 @@ class PoolSpec:
     ``num_pages`` is the pool as the engine would be configured with it (vLLM's ``num_gpu_blocks``), reserved
     pages included; ``sliding_window`` adds a sliding-window layer group beside the full-attention one;
     ``max_lookahead`` is the most lookahead a test will ask for (kvcm's ``max_draft_len``); ``reuse`` turns the
-    engine's block reuse (prefix caching) on, whole blocks only (the behaviour every target shares).
+    engine's block reuse (prefix caching) on, whole blocks only (the behaviour every target shares);
+    ``window_pages`` sizes the sliding-window pool of an engine that keeps one apart from the full pool (SGLang's
+    SWA pool; None: the engine's own split), and is ignored by engines whose groups share one pool.
     """
 
     num_pages: int
@@ -28,6 +30,7 @@ class PoolSpec:
     max_lookahead: int = 4
     max_batch_size: int = 4
     reuse: bool = False
+    window_pages: int | None = None
 
 
 class KVCacheTarget:
