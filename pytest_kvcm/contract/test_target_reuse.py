@@ -5,7 +5,8 @@ Shared, and tested here: a prompt is looked up less its last token (whole blocks
 a hit while the first request still runs shares its pages; cached blocks nobody holds count as free and are
 evicted, the deepest block of a prefix first, when an allocation needs them; an allocation that does not fit
 with a hit changes nothing; a reset refuses while a request holds pages. Where a target departs (kvcm V1 stores
-a block-aligned prompt's last block later; vLLM never caches a partial block) the test names the difference.
+a block-aligned prompt's last block later; vLLM and SGLang never cache a partial block; SGLang evicts whole radix
+nodes) the test names the difference.
 Pools are sized in *usable* pages: vLLM's 11 blocks are its null block plus 10.
 """
 

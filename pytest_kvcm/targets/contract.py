@@ -55,6 +55,10 @@ class KVCacheTarget:
       one ``allocate`` after another, undone on a refusal);
     * ``releases_window_pages`` (default True; False skips ``test_target_sliding_window.py``), ``window_is_ring``
       and ``window_tokens`` (a ring of pages or a widened window, checked as such);
+    * ``startup_accepts(spec, max_num_batched_tokens, async_scheduling=False) -> bool``: the engine's own start-up
+      check that the pool serves one ``max_model_len`` request (``test_target_startup.py``; known departures from
+      kvcm's rule in ``startup_findings``, run as strict xfails; ``split_window_pool`` when the window has a pool
+      of its own, sized by ``PoolSpec.window_pages``);
     * ``differences = {check: why}``: a documented difference of design; ``require(check)`` skips the tests
       that assume kvcm's behaviour there, with the reason (keys used: ``exact_pool_size``, ``sliding_window``,
       ``max_model_len``, ``failed_allocation``, ``lookahead``, ...).
