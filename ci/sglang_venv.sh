@@ -16,7 +16,8 @@
 #
 # Wheels are fetched once into $KVCM_WHEEL_CACHE (shared with ci/vllm_venv.sh); a finished venv is stamped with
 # what it was built from, so a second run with nothing changed only re-checks the imports.
-# First build measured here: ~8 minutes with an empty wheel cache, 315 s from a filled one; up to date: 14 s.
+# First build measured here: ~8 minutes with an empty wheel cache on an idle machine (751 s on 2026-12-04 with
+# other jobs running), 315 s from a filled one; up to date: 14 s.
 #
 #   KVCM_SGLANG_VENV  where the venv goes          (default: ~/.cache/kvcm/venv-sglang)
 #   KVCM_WHEEL_CACHE  where the wheels are kept    (default: ~/.cache/kvcm/wheels)

@@ -42,3 +42,38 @@ def test_vllm_kv_cache_manager_api():
     assert {"num_blocks", "kv_cache_tensors", "kv_cache_groups"} <= set(iface.KVCacheConfig.__dataclass_fields__)
     assert "sliding_window" in iface.SlidingWindowSpec.__dataclass_fields__
     assert callable(utils.init_none_hash) and callable(utils.get_request_block_hasher)
+
+
+def test_sglang_pool_and_cache_api():
+    """What sglang_target.py, sglang_reuse.py and sglang_startup.py call, by name and argument (SGLang 0.5.23)."""
+    from pytest_kvcm.targets import sglang_target
+
+    try:
+        common, pools, swa_pools, paged, swa, component = sglang_target._sglang()
+    except TargetUnavailable as exc:
+        pytest.skip(str(exc))
+    from sglang.srt.mem_cache import base_prefix_cache, radix_cache
+    from sglang.srt.model_executor import pool_configurator
+
+    def args(fn):
+        return list(inspect.signature(fn).parameters)
+
+    assert args(paged.alloc_extend)[1:7] == ["prefix_lens", "prefix_lens_cpu", "seq_lens", "seq_lens_cpu", "last_loc",
+                                            "extend_num_tokens"]
+    assert args(swa.__init__)[1:8] == ["size", "size_swa", "page_size", "dtype", "device", "kvcache", "need_sort"]
+    for name in ("free_swa_segment", "full_available_size", "swa_available_size", "free_segments", "free_full_segments"):
+        assert callable(getattr(swa, name, None)), name
+    assert {"sliding_window_size", "page_size", "req_to_token_pool", "token_to_kv_pool_allocator",
+            "supports_prefix_sharing"} <= set(args(common.free_swa_out_of_window_slots))
+    assert {"swa_evicted_seqlen", "swa_dead_lo"} <= set(args(common.free_kv_row_segments))
+    assert args(pools.ReqToTokenPool.__init__)[1:5] == ["size", "max_context_len", "device", "enable_memory_saver"]
+    assert component.SWA
+    for name in ("match_prefix", "insert", "checkpoint", "evict", "inc_lock_ref", "dec_lock_ref", "lock", "unlock",
+                 "evictable_size", "path_device_indices", "reset"):
+        assert callable(getattr(radix_cache.RadixCache, name, None)), name
+    assert {"key"} <= set(base_prefix_cache.MatchPrefixParams.__dataclass_fields__)
+    assert {"num_tokens"} <= set(base_prefix_cache.EvictParams.__dataclass_fields__)
+    assert args(pool_configurator.MemoryPoolConfigurator.validate_swa_pool_size) == [
+        "swa_tokens", "sliding_window_size", "page_size"]
+    for cls in (pool_configurator.DefaultPoolConfigurator, pool_configurator.HybridSWAPoolConfigurator):
+        assert args(cls.calculate_pool_sizes_from_max_tokens)[1:] == ["max_total_num_tokens", "page_size"]

@@ -82,3 +82,45 @@ def test_kvcm_startup_counts_the_held_back_page():
         "a pool of cdiv(max_model_len, page_size) pages with one held back cannot serve max_model_len")
     with pytest.raises(ConfigError, match=r"num_pages=6 .*must be >= 7"):
         startup.check(least - 1, ps, max_model_len, reserved_pages=1)
+
+
+SPLIT_CASES = [pytest.param("full", 0, id="full-exact"), pytest.param("full", -1, id="full-one-page-short"),
+               pytest.param("window", 0, id="window-exact"), pytest.param("window", -1, id="window-one-page-short"),
+               pytest.param("window", -2, id="window-two-pages-short")]
+
+
+@pytest.mark.parametrize("chunk_pages", [0, 1], ids=["decode", "chunk-of-a-page"])
+@pytest.mark.parametrize("pool, spare", SPLIT_CASES)
+def test_startup_split_window_pool(kvcm_target, pool, chunk_pages, spare):
+    """An engine that keeps the window in a pool of its own (SGLang's SWA pool) is checked pool by pool: the full
+    pool against one ``max_model_len`` request, the window pool against kvcm's per-request window bound, the
+    other pool ample. An accepted pool then serves the longest request, in chunks, with the window released as it
+    slides. A declared ``startup_window_chunk`` difference (the window pool's floor does not grow with the chunk)
+    is held to exactly one page below kvcm's bound when chunks are a page long."""
+    probe, ps, max_model_len, window = _sized(kvcm_target, window_pages=2)
+    if not getattr(probe, "split_window_pool", False):
+        pytest.skip(f"{probe.name}: every group draws from one pool (test_startup_window_bound_matches_kvcm)")
+    chunk = max(1, chunk_pages * ps)
+    full = startup.request_pages(ps, max_model_len) + probe.reserved_pages
+    windowed = startup.request_pages(ps, max_model_len, window, chunk)
+    slack = 1 if chunk > 1 and "startup_window_chunk" in probe.differences else 0
+    if pool == "full":
+        pages, window_pages, want = full + spare, windowed + 4, spare == 0
+    else:
+        pages, window_pages, want = full + 8, windowed + spare, spare >= -slack
+    spec = PoolSpec(num_pages=pages, page_size=ps, max_model_len=max_model_len, sliding_window=window,
+                    window_pages=window_pages)
+    target = kvcm_target(spec)
+    verdict = target.startup_accepts(spec, max_num_batched_tokens=chunk)
+    assert verdict == want, (
+        f"{target}: window {window}, chunks of {chunk}, max_model_len {max_model_len}: full pool {pages} pages "
+        f"(kvcm: {full}), window pool {window_pages} (kvcm: {windowed}, {slack} declared below it); the check "
+        f"{'accepted' if verdict else 'refused'}" + (f" ({getattr(target, 'last_startup_error', '')[:160]})"
+                                                     if not verdict else ""))
+    if verdict:
+        assert target.allocate("longest", min(chunk, max_model_len)), f"{target}: accepted, refused its first chunk"
+        while target.tokens("longest") < max_model_len:
+            step = min(chunk, max_model_len - target.tokens("longest"))
+            assert target.grow("longest", step), (
+                f"{target}: accepted at start-up, refused at {target.tokens('longest')} + {step} tokens "
+                f"(held {target.held_pages('longest')})")

@@ -18,7 +18,9 @@ class PoolSpec:
     ``num_pages`` is the pool as the engine would be configured with it (vLLM's ``num_gpu_blocks``), reserved
     pages included; ``sliding_window`` adds a sliding-window layer group beside the full-attention one;
     ``max_lookahead`` is the most lookahead a test will ask for (kvcm's ``max_draft_len``); ``reuse`` turns the
-    engine's block reuse (prefix caching) on, whole blocks only (the behaviour every target shares).
+    engine's block reuse (prefix caching) on, whole blocks only (the behaviour every target shares);
+    ``window_pages`` sizes the sliding-window pool of an engine that keeps one apart from the full pool (SGLang's
+    SWA pool; None: the engine's own split), and is ignored by engines whose groups share one pool.
     """
 
     num_pages: int
@@ -28,6 +30,7 @@ class PoolSpec:
     max_lookahead: int = 4
     max_batch_size: int = 4
     reuse: bool = False
+    window_pages: int | None = None
 
 
 class KVCacheTarget:
@@ -52,6 +55,10 @@ class KVCacheTarget:
       one ``allocate`` after another, undone on a refusal);
     * ``releases_window_pages`` (default True; False skips ``test_target_sliding_window.py``), ``window_is_ring``
       and ``window_tokens`` (a ring of pages or a widened window, checked as such);
+    * ``startup_accepts(spec, max_num_batched_tokens, async_scheduling=False) -> bool``: the engine's own start-up
+      check that the pool serves one ``max_model_len`` request (``test_target_startup.py``; known departures from
+      kvcm's rule in ``startup_findings``, run as strict xfails; ``split_window_pool`` when the window has a pool
+      of its own, sized by ``PoolSpec.window_pages``);
     * ``differences = {check: why}``: a documented difference of design; ``require(check)`` skips the tests
       that assume kvcm's behaviour there, with the reason (keys used: ``exact_pool_size``, ``sliding_window``,
       ``max_model_len``, ``failed_allocation``, ``lookahead``, ...).
