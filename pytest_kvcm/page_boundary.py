@@ -146,6 +146,7 @@ def check_page_boundary(make_manager: Callable[[int], object], draft_lens=(0, 4)
     exactly on the page boundary the shorts leave (the pool's free blocks x tpb). With ``cached_prefix_blocks``,
     a warm request's blocks are cached first and must all be evicted to make room. Raises AssertionError naming
     the numbers of every failing shape."""
+    __tracebackhide__ = True  # a failure shows the caller's line and the shapes' numbers
     results = []
     for d in draft_lens:
         for bs in batch_sizes:

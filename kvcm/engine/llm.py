@@ -228,14 +228,18 @@ class LLM:
     def trace(self):
         return self.tracer.records if self.tracer is not None else None
 
-    def generate(self, prompts, params: SamplingParams | dict | None = None) -> list[RequestOutput]:
+    def generate(self, prompts, params: SamplingParams | dict | None = None, *,
+                 on_finish=None) -> list[RequestOutput]:
         """Greedy generation; outputs in prompt order (output ids include the stop token). ``prompts``: token-id
         lists, strings (with a tokenizer), vLLM prompt dicts, an integer tensor, or one prompt of any of these
-        (``checks.prompts``); ``params``: a ``SamplingParams`` or a dict of its fields. Checked before any work."""
+        (``checks.prompts``); ``params``: a ``SamplingParams`` or a dict of its fields. Checked before any work.
+        ``on_finish(i)`` is called as prompt ``i``'s request finishes, in finishing order (a progress bar per
+        request rather than per call)."""
         params = checks.sampling_params(params, SamplingParams)
         prompts = checks.prompts(prompts, self.tokenizer, self.model.config.vocab_size, self.max_seq_len)
         scheduler = Scheduler(self.manager, self.limits, eos_token_ids=self.eos_token_ids,
-                              tokenizer=self.tokenizer, drafter=self.drafter, reuse=self.enable_block_reuse)
+                              tokenizer=self.tokenizer, drafter=self.drafter, reuse=self.enable_block_reuse,
+                              on_finish=on_finish)
         self.reuse_stats = scheduler.reuse_stats
         if self.drafter is not None:
             self.drafter.stats = type(self.drafter.stats)(self.drafter.stats.name)

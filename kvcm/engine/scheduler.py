@@ -39,10 +39,11 @@ from .sequence import Sequence, Status
 
 class Scheduler:
     def __init__(self, mgr, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None,
-                 reuse: bool = False):
+                 reuse: bool = False, on_finish=None):
         """``limits``: the engine's ``kvcm.Limits`` (the one its caches were sized for); the scheduler reads the
         batch size, the sequence length and the step's token budget from it. ``reuse``: admit each request with
-        its token ids, so its prefill starts after its cached prefix (``reuse.py``)."""
+        its token ids, so its prefill starts after its cached prefix (``reuse.py``). ``on_finish(index)``: called
+        once per request as it finishes (progress bars; its last token may still be on its way)."""
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kvcm.Limits, got {type(limits).__name__}")
         self.mgr = mgr
@@ -56,6 +57,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.reuse = reuse
         self.reuse_stats = _reuse.ReuseStats()
+        self.on_finish = on_finish
 
     max_batch_size = property(lambda self: self.limits.max_batch_size)
     max_seq_len = property(lambda self: self.limits.max_seq_len)
@@ -323,12 +325,15 @@ class Scheduler:
 
     def _retire(self, seq: Sequence) -> None:
         """Take a stopping sequence out of the queues and free its pages (once)."""
+        first = seq.status is not Status.FINISHED
         if seq.status is Status.RUNNING:
             self.running.remove(seq)
         elif seq.status is Status.WAITING:      # preempted while its last token was still on the way
             self.waiting.remove(seq)
         seq.status = Status.FINISHED
         self._release(seq)
+        if first and self.on_finish is not None:
+            self.on_finish(seq.index)
 
     def _draft_slots(self, seq: Sequence) -> int:
         """Draft slots a verification of ``seq`` reserves: ``D``, fewer near ``max_seq_len``. ``verify`` rewinds

@@ -127,6 +127,7 @@ class AccuracyGate:
     def __call__(self, task: str = "gsm8k", *, model: str, score: float, num_samples: int,
                  spec: Mapping[str, Any] | None = None, higher_is_better: bool | None = None,
                  kvcm_version: str | None = None, extra: Mapping[str, Any] | None = None) -> GateOutcome:
+        __tracebackhide__ = True  # a failure shows the caller's line and the verdict, not this method
         out = self.evaluate(task, model=model, score=score, num_samples=num_samples, spec=spec,
                             higher_is_better=higher_is_better, extra=extra)
         self.outcomes.append(out)

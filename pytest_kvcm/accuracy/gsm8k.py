@@ -240,7 +240,9 @@ def evaluate_gsm8k(
     when its signature takes them; completions are cut at the stop strings here anyway. ``chat_tokenizer``
     switches to the chat-template prompt. A tqdm bar shows on runs of more than one batch (``progress`` True or
     False forces it on or off); ``progress`` may also be a tqdm-like bar to advance by one a question (the
-    ``kvcm_progress`` fixture makes bars that show while pytest captures output).
+    ``kvcm_progress`` fixture makes bars that show while pytest captures output). A ``generate_fn`` that takes
+    ``on_finish`` is passed a callable to call with each prompt's index as its completion is done, so the bar
+    moves per question inside a batch; the bar is topped up to the batch's size when it returns.
     """
     source = ""
     if isinstance(dataset, GSM8KData):
@@ -279,14 +281,22 @@ def evaluate_gsm8k(
             bar = tqdm(total=len(prompts), desc="gsm8k", unit="q", leave=False)
         except ImportError:  # progress is a nicety, never a requirement
             bar = None
+    per_question = bar is not None and _accepts(generate_fn, "on_finish")
     completions: list[str] = []
     for b in batches:
-        outs = generate_fn([prompts[i] for i in b], **kwargs)
+        moved = [0]  # questions of this batch the bar has counted
+
+        def on_finish(_index: int, moved=moved, size=len(b)) -> None:
+            if moved[0] < size:
+                moved[0] += 1
+                bar.update(1)
+
+        outs = generate_fn([prompts[i] for i in b], **kwargs, **({"on_finish": on_finish} if per_question else {}))
         if len(outs) != len(b):
             raise ValueError(f"generate_fn returned {len(outs)} completions for {len(b)} prompts")
         completions += [truncate_at_stop(o) for o in outs]
-        if bar is not None:
-            bar.update(len(b))
+        if bar is not None and moved[0] < len(b):  # the rest of the batch (a generate_fn that never called it)
+            bar.update(len(b) - moved[0])
     if bar is not None and bar is not progress:
         bar.close()
 
@@ -313,10 +323,11 @@ def kvcm_generate_fn(llm, tokenizer=None, *, add_special_tokens: bool = True) ->
         raise ValueError("kvcm_generate_fn needs a tokenizer (pass one, or build the LLM with one)")
     stop_ids = tuple(i for i in (tok.eos_token_id,) if i is not None)
 
-    def generate(prompts: list[str], max_new_tokens: int = MAX_NEW_TOKENS, stop: Sequence[str] = STOP_STRINGS):
+    def generate(prompts: list[str], max_new_tokens: int = MAX_NEW_TOKENS, stop: Sequence[str] = STOP_STRINGS,
+                 on_finish=None):
         ids = [tok(p, add_special_tokens=add_special_tokens)["input_ids"] for p in prompts]
         params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=stop_ids, stop_strings=tuple(stop))
-        outs = llm.generate(ids, params)
+        outs = llm.generate(ids, params, on_finish=on_finish)
         return [o.text if getattr(o, "text", None) is not None else tok.decode(o.token_ids, skip_special_tokens=True)
                 for o in outs]
 

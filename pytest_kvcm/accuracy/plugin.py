@@ -146,6 +146,7 @@ class GSM8KRunner:
     def __call__(self, generate_fn, *, model: str, spec=None, kvcm_version: str | None = None,
                  num_fewshot: int = NUM_FEWSHOT, batch_size: int = 16, chat_tokenizer=None,
                  max_new_tokens: int = 256):
+        __tracebackhide__ = True
         data = self.data
         self.skip_if_undecidable(model, spec)
         result = evaluate_gsm8k(generate_fn, data, num_fewshot=num_fewshot, max_new_tokens=max_new_tokens,

@@ -55,10 +55,15 @@ class KVCacheTarget:
       one ``allocate`` after another, undone on a refusal);
     * ``releases_window_pages`` (default True; False skips ``test_target_sliding_window.py``), ``window_is_ring``
       and ``window_tokens`` (a ring of pages or a widened window, checked as such);
-    * ``startup_accepts(spec, max_num_batched_tokens, async_scheduling=False) -> bool``: the engine's own start-up
-      check that the pool serves one ``max_model_len`` request (``test_target_startup.py``; known departures from
-      kvcm's rule in ``startup_findings``, run as strict xfails; ``split_window_pool`` when the window has a pool
-      of its own, sized by ``PoolSpec.window_pages``);
+    * ``supports_reuse = True`` with ``_allocate_prompt(rid, token_ids) -> int | None``, ``lookup(token_ids)``,
+      ``cached_pages()`` and ``reset_cache()`` (block reuse, built with reuse on when ``spec.reuse`` is set;
+      ``reuse_oracle`` names the kvcm version the state machine compares with, default ``"v2"``): the tests of
+      ``test_target_reuse.py`` and ``test_target_reuse_state_machine.py`` ("has no block reuse" when absent);
+    * ``startup_accepts(spec, max_num_batched_tokens, async_scheduling=False) -> bool``: the engine's own check
+      that a pool serves one ``max_model_len`` request, for ``test_target_startup.py`` ("no start-up check to
+      drive" when absent); ``startup_findings = {case: why}`` runs a known difference from kvcm's rule as a
+      strict xfail; ``split_window_pool`` when the window has a pool of its own, sized by
+      ``PoolSpec.window_pages``;
     * ``differences = {check: why}``: a documented difference of design; ``require(check)`` skips the tests
       that assume kvcm's behaviour there, with the reason (keys used: ``exact_pool_size``, ``sliding_window``,
       ``max_model_len``, ``failed_allocation``, ``lookahead``, ...).

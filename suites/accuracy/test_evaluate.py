@@ -111,3 +111,37 @@ def test_input_errors(data):
         evaluate_gsm8k(lambda p: [], data, limit=2, progress=False)
     with pytest.raises(ValueError, match="limit must be >= 1"):
         evaluate_gsm8k(lambda p: p, data, limit=0, progress=False)
+
+
+class _Bar:
+    def __init__(self):
+        self.steps = []
+
+    def update(self, n=1):
+        self.steps.append(n)
+
+
+def test_bar_moves_per_question_inside_a_batch(data):
+    """A generate_fn that takes ``on_finish`` moves the bar by one a question (the SmolLM2 gates' batch of 8
+    moved it in one jump of 8 before); one that does not moves it by the batch."""
+
+    def gen(prompts, on_finish):
+        for i in reversed(range(len(prompts))):
+            on_finish(i)
+        return ["#### 0"] * len(prompts)
+
+    bar = _Bar()
+    evaluate_gsm8k(gen, data, limit=8, batch_size=16, progress=bar)
+    assert bar.steps == [1] * 8
+    bar = _Bar()
+    evaluate_gsm8k(lambda prompts: ["#### 0"] * len(prompts), data, limit=8, batch_size=16, progress=bar)
+    assert bar.steps == [8]
+
+    def once_too_often(prompts, on_finish):  # reports one question, then all of them again
+        for i in [0, *range(len(prompts))]:
+            on_finish(i)
+        return ["#### 0"] * len(prompts)
+
+    bar = _Bar()
+    evaluate_gsm8k(once_too_often, data, limit=8, batch_size=5, progress=bar)
+    assert bar.steps == [1] * 8  # never past a batch's size: 5 then 3

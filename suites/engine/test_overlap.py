@@ -104,3 +104,25 @@ def test_no_step_past_a_length_limit(kvcm_version, case):
     assert decodes == len(prompts) * (n - 1), (
         f"{decodes} decode forwards for {len(prompts)} requests of {n} tokens: "
         f"{decodes - len(prompts) * (n - 1)} past the length limit")
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_on_finish_is_called_once_per_request_as_it_finishes(overlap):
+    """``generate(on_finish=...)`` (progress bars per question): once per request, at the step it finishes, on
+    both loops, with requests stopping on a token, on a length (retired at commit, then again at completion)
+    and after preemption."""
+    model, _ = tiny_model("llama", seed=2)
+    prompts = random_prompts(11, (5, 23, 37, 9, 14, 30, 3, 18, 26, 11))
+    params = SamplingParams(max_new_tokens=24, stop_token_ids=_stop_tokens(model, "v2", prompts, 24))
+    llm = _llm(model, "v2", overlap=overlap, **CASES["preempting"])
+    done, unfinished = [], []
+
+    def on_finish(i):
+        done.append(i)
+        unfinished.append(len(llm.last_scheduler.running) + len(llm.last_scheduler.waiting))
+
+    outs = llm.generate(prompts, params, on_finish=on_finish)
+    assert sorted(done) == list(range(len(prompts)))
+    assert unfinished == list(range(len(prompts) - 1, -1, -1))  # each one as it left, not all at the end
+    assert {o.finish_reason for o in outs} >= {"stop_token", "length"}
+    assert llm.last_scheduler.num_preemptions > 0

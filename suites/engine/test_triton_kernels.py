@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -32,15 +33,31 @@ def device():
 
 
 @pytest.mark.slow
-def test_kernels_under_the_triton_interpreter():
+def test_kernels_under_the_triton_interpreter(kvcm_progress):
+    """About 80 s on a 2-core CPU: a progress bar moves as each test of the inner run ends (read from its ``-v``
+    lines as they come)."""
     if torch.cuda.is_available() or triton_attention.interpreted():
         pytest.skip("the kernels run directly here")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    res = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-x",
-                          "--kvcm-version=v2"], env=env, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
-    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|skipped|failed)", res.stdout.splitlines()[-1])}
-    assert counts.get("passed", 0) >= 7 and counts.get("skipped", 0) <= 1, res.stdout[-2000:]  # only this test skips
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "pytest", __file__, "-v", "-p", "no:cacheprovider", "-x", "--kvcm-version=v2"]
+    lines, bar = [], None
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        timer = threading.Timer(900, proc.kill)
+        timer.start()
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+                collected = re.search(r"collected (\d+) items?", line)  # -v: "collecting ... collected 11 items"
+                if collected:
+                    bar = kvcm_progress(total=int(collected.group(1)), desc="Triton interpreter", unit="test")
+                elif bar is not None and re.search(r" (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b", line):
+                    bar.update(1)
+        finally:
+            timer.cancel()
+    out = "".join(lines)
+    assert proc.returncode == 0, out[-6000:]
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|skipped|failed)", lines[-1])}
+    assert counts.get("passed", 0) >= 7 and counts.get("skipped", 0) <= 1, out[-2000:]  # only this test skips
 
 
 def _reference(q, kv, block_table, seq_lens, query_start, scale, window, tpb):

@@ -262,13 +262,20 @@ def machine(version: str, kind: str):
             Lifecycle.total_failures += self.failures
             Lifecycle.total_malformed += self.malformed
             Lifecycle.examples += 1
+            if Lifecycle.bar is not None and Lifecycle.examples <= Lifecycle.bar_total:
+                Lifecycle.bar.update(1)  # hypothesis runs a few examples past max_examples: the bar stops at it
 
     Lifecycle.total_failures = Lifecycle.total_malformed = Lifecycle.examples = 0
+    Lifecycle.bar, Lifecycle.bar_total = None, 0
     return Lifecycle
 
 
-def _run(version: str, kind: str, profile: str):
+def _run(version: str, kind: str, profile: str, progress=None):
+    """``progress``: the kvcm_progress fixture, for the nightly profile's minute-long runs (a step an example)."""
     cls = machine(version, kind)
+    if progress is not None:
+        cls.bar_total = PROFILES[profile].max_examples
+        cls.bar = progress(total=cls.bar_total, desc=f"state machine {version} {kind}", unit="example")
     run_state_machine_as_test(cls, settings=PROFILES[profile])
     assert cls.examples >= PROFILES[profile].max_examples
     assert cls.total_failures > 0  # the pools really ran out along the way: the failure path was exercised
@@ -287,5 +294,5 @@ def test_deepseek_v4_lifecycle_state_machine():
 @pytest.mark.slow
 @pytest.mark.parametrize("version, kind", [("v1", "full"), ("v1", "swa"), ("v2", "full"), ("v2", "swa"),
                                            ("v2", "v4")])
-def test_request_lifecycle_state_machine_nightly(version, kind):
-    _run(version, kind, "nightly")
+def test_request_lifecycle_state_machine_nightly(version, kind, kvcm_progress):
+    _run(version, kind, "nightly", kvcm_progress)
