@@ -92,6 +92,8 @@ def plan(args, progress: bool | None = None) -> dict:
                                                          free_memory_bytes=int(args.free_gib * GiB)).describe()
         except KvcmError as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
+            if getattr(exc, "trtllm", None) is not None:   # the pool TensorRT-LLM would build, and its excess
+                entry["trtllm_pool"] = exc.trtllm.as_dict()
             out["managers"].append(entry)
             continue
         final = est.manager
