@@ -72,14 +72,14 @@ def test_a_slots_buffers_of_different_sizes_are_pools_of_their_own():
 
 def test_floors_past_the_budget_enlarge_the_pool():
     """``_compute_slot_count_for_level``: ``quota = max(min quota of the floors, rounded quota)``. One 8 KiB-a-block
-    layer, N = 8192: the context constraint needs 256 blocks (2 MiB); a 1 MiB budget becomes a 2 MiB pool, 1 MiB
-    over the budget (the finding). kvcm's manager refuses it and its error carries the same plan."""
+    layer, N = 16384: the context constraint needs 512 blocks (4 MiB); a 1 MiB budget (one 2 MiB grain) becomes a
+    4 MiB pool, 3 MiB over the budget (the finding). kvcm's manager refuses it and its error carries the plan."""
     with pytest.raises(kvcm.BudgetExceededError) as info:
-        build("v2", one_layer(), KvCacheConfig(max_gpu_total_bytes=MiB), max_num_tokens=8192)
+        build("v2", one_layer(), KvCacheConfig(max_gpu_total_bytes=MiB), max_num_tokens=16384)
     plan = info.value.trtllm
-    assert (plan.quota_bytes, plan.pool_bytes, plan.excess_bytes) == (2 * MiB, 2 * MiB, MiB)
-    assert plan.pool_groups[0].num_slots == plan.pool_groups[0].min_slots == 256
-    assert "enlarges the pool to its floors: 2097152 bytes (2.0 MiB), 1048576 bytes (1.0 MiB) over the budget" \
+    assert (plan.quota_bytes, plan.pool_bytes, plan.excess_bytes) == (4 * MiB, 4 * MiB, 3 * MiB)
+    assert plan.pool_groups[0].num_slots == plan.pool_groups[0].min_slots == 512
+    assert "enlarges the pool to its floors: 4194304 bytes (4.0 MiB), 3145728 bytes (3.0 MiB) over the budget" \
         in str(info.value)
 
 
