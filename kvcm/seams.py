@@ -166,3 +166,4 @@ def cuda_graph_powers_of_two(max_batch_size: int) -> list[int]:
       "the target's share down instead gave the draft a byte, and at a block boundary a block, more than upstream")
 def draft_budget_share(total_bytes: int, target_bytes_per_token: int, draft_bytes_per_token: int) -> int:
     return total_bytes * draft_bytes_per_token // (target_bytes_per_token + draft_bytes_per_token)
+

@@ -99,3 +99,4 @@ def draft_budget_target_floored(mp):
     from kvcm import seams
 
     seams.replace(mp, "draft_budget_share", lambda total, bt, bd: total - total * bt // (bt + bd))
+
