@@ -6,10 +6,12 @@ token, so both hold the same number of tokens (every sequence needs KV in both, 
 field's bug was each manager claiming the whole budget, twice the memory asked for (TensorRT-LLM PR #12188,
 "both managers independently claim the full max_gpu_total_bytes budget"; fixed by a proportional split of the
 final caches, the estimation cache unchanged). A token budget (``max_tokens`` alone) already means the same
-for both caches and is left as it is.
+for both caches and is left as it is. The draft's share is rounded down and the target keeps the rest, as
+``KvCacheCreator._compute_draft_budget_shares`` does.
 """
 from __future__ import annotations
 
+from . import seams
 from .config import KvCacheConfig
 from .errors import ConfigError
 
@@ -38,5 +40,19 @@ def split_draft_budget(cfg: KvCacheConfig, target_spec, draft_spec, *,
     if total is None:
         return cfg, cfg
     bt, bd = _bytes_per_token(target_spec, cfg), _bytes_per_token(draft_spec, cfg)
-    target = total * bt // (bt + bd)
-    return cfg.replace(max_gpu_total_bytes=target), cfg.replace(max_gpu_total_bytes=total - target)
+    draft = seams.draft_budget_share(total, bt, bd)
+    return cfg.replace(max_gpu_total_bytes=total - draft), cfg.replace(max_gpu_total_bytes=draft)
+
+
+def trtllm_splits_gpu_budget(kvcm_version: str, *, separate_draft_engine: bool, vswa: bool = False,
+                             estimating: bool = False) -> bool:
+    """Whether TensorRT-LLM splits ``max_gpu_total_bytes`` between target and draft managers
+    (``KvCacheCreator.build_managers`` / ``_needs_gpu_kv_cache_budget_split``): never while estimating; on V2 only
+    for a one-model draft with its own cache (a two-model draft engine keeps the whole GPU budget, asserted
+    equal); on V1 only when the layout has variable windows (otherwise one shared ``max_tokens`` sizes both,
+    which holds the same tokens as this module's split). kvcm splits every final pair (docs/semantics.md 10)."""
+    if estimating:
+        return False
+    if kvcm_version == "v2":
+        return not separate_draft_engine
+    return vswa

@@ -33,11 +33,16 @@ class BudgetExceededError(KvcmError, MemoryError):
     """The constraint floors alone cost more than the memory budget.
 
     Raised instead of silently sizing a pool past its budget (the historic out-of-memory at cache creation).
+    ``trtllm`` (a ``kvcm.storage_quota.StoragePlan``, when the manager could compute it) is the pool
+    TensorRT-LLM's storage manager would build instead, enlarged to the floors; its ``excess_bytes`` is the finding.
     """
 
-    def __init__(self, constraint: str, needed_bytes: int, budget_bytes: int, detail: str = ""):
+    def __init__(self, constraint: str, needed_bytes: int, budget_bytes: int, detail: str = "", *, trtllm=None):
         self.constraint, self.needed_bytes, self.budget_bytes = constraint, needed_bytes, budget_bytes
+        self.detail, self.trtllm = detail, trtllm
         extra = f"; {detail}" if detail else ""
+        if trtllm is not None:
+            extra += f"; {trtllm.finding()}"
         super().__init__(
             f"constraint {constraint!r} needs {needed_bytes} bytes of KV cache "
             f"({needed_bytes / 2**30:.3f} GiB) but the budget is {budget_bytes} bytes "

@@ -1,6 +1,7 @@
 """Memory estimation as engines do it: a temporary estimation cache, then the final cache.
 
-The estimation cache is built with ``avg_seq_len = max_seq_len`` and a budget of ``fraction * free memory``;
+The estimation cache is built with ``avg_seq_len = max_seq_len``, no pool ratio and a budget of ``fraction * free
+memory`` (or the user's ``max_gpu_total_bytes`` when smaller);
 warmup runs on it, it is released, and the final cache is built from the user's config. An ordinary model's
 estimation cache must stay inside its budget: constraint floors that do not fit raise ``BudgetExceededError``
 instead of growing the pool (docs/semantics.md 6).
@@ -14,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from . import seams
 from .deprecation import renamed_keywords
 from .errors import BudgetExceededError
 from .factory import create_kv_cache_manager
@@ -29,9 +31,12 @@ class Estimation:
 
 
 def estimation_config(kv_cache_config):
-    """The temporary cache's config: the whole fraction of free memory, typical length = max_seq_len."""
-    return kv_cache_config.replace(max_tokens=None, max_gpu_total_bytes=None,
-                                   free_gpu_memory_fraction=kv_cache_config.fraction, avg_seq_len=None)
+    """The temporary cache's config, as TensorRT-LLM's ``KvCacheCreator.try_prepare_estimation`` rewrites it
+    (``seams.estimation_overrides``): no ``pool_ratio`` (a user's ratio could starve the cache warmup needs),
+    the budget ``min(fraction x free memory, max_gpu_total_bytes)``, the user's ``max_tokens`` as a cap; the
+    callers set ``avg_seq_len = max_seq_len``. ``configure_kv_cache_capacity`` gives the final cache the user's
+    fields back, which here is simply the user's own config."""
+    return kv_cache_config.replace(**seams.estimation_overrides(kv_cache_config))
 
 
 def engine_estimation_config(kv_cache_config, max_seq_len: int, device):

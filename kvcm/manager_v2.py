@@ -13,7 +13,7 @@ from .config import BatchDesc, KVCacheDesc
 from .constraints import (NamedConstraint, generic_constraints, split_quota, split_weights, tokens_quota_per_group,
                           typical_step_batch)
 from . import validation
-from .errors import ConfigError
+from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .reuse.policy import V2Policy
@@ -55,7 +55,21 @@ class KVCacheManagerV2(BaseKVCacheManager):
             weights = [float(b) for b in token_bytes]
         else:
             weights = split_weights(self.layer_groups, tpb, pool_ratio=cfg.pool_ratio, typical_step=self.typical_step)
-        return split_quota(self.budget_bytes, self.layer_groups, weights, named, tpb)
+        try:
+            return split_quota(self.budget_bytes, self.layer_groups, weights, named, tpb)
+        except BudgetExceededError as exc:   # the finding: the pool TensorRT-LLM would enlarge to the floors
+            raise BudgetExceededError(exc.constraint, exc.needed_bytes, exc.budget_bytes, exc.detail,
+                                      trtllm=self.trtllm_storage_plan()) from None
+
+    def trtllm_storage_plan(self):
+        """The pools TensorRT-LLM's storage manager would build for this manager's groups, constraints, typical
+        step (or ``pool_ratio``) and budget: grain-rounded, floors kept, enlarged past the budget when the floors
+        need it (``kvcm.storage_quota``, docs/semantics.md 4.4)."""
+        from .storage_quota import plan_storage
+
+        return plan_storage(self.model, self.layer_groups, self.tokens_per_block, self.budget_bytes,
+                            constraints=self.constraints, typical_step=self.typical_step,
+                            pool_ratio=self.kv_cache_config.pool_ratio)
 
     # ---- the per-request cache ------------------------------------------------------------------------------
     def add_request(self, request_id) -> None:

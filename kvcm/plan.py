@@ -92,9 +92,16 @@ def plan(args, progress: bool | None = None) -> dict:
                                                          free_memory_bytes=int(args.free_gib * GiB)).describe()
         except KvcmError as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
+            if getattr(exc, "trtllm", None) is not None:   # the pool TensorRT-LLM would build, and its excess
+                entry["trtllm_pool"] = exc.trtllm.as_dict()
             out["managers"].append(entry)
             continue
         final = est.manager
+        if kvcm_version == "v2" and not deepseek:   # TensorRT-LLM's estimation max_tokens (docs/semantics.md 10)
+            from .estimation_tokens import trtllm_estimation_max_tokens_for
+
+            entry["trtllm_estimation_max_tokens"] = trtllm_estimation_max_tokens_for(
+                limits, tpb, len({g.window for g in final.layer_groups}))
         entry.update(estimation=est.estimation, final=final.describe(),
                      max_concurrency=max_concurrency(final, args.max_seq_len),
                      warmup=[w.as_dict() for w in est.warmups])

@@ -110,3 +110,60 @@ def prefill_start(prepopulated: int, num_tokens: int) -> int:
       "cdiv(max_model_len, block_size) blocks passed and a max_model_len request never scheduled)")
 def startup_usable_pages(num_pages: int, reserved_pages: int) -> int:
     return num_pages - reserved_pages
+
+
+# ---- TensorRT-LLM's V2 storage (kvcm/storage_quota.py) ---------------------------------------------------------
+@seam("the grain every GPU pool is a whole number of: 2 MiB, doubled for every doubling of the quota past 1 GiB, "
+      "at most 32 MiB (TensorRT-LLM _storage_manager.py cache_tier_granularity); sizing in exact bytes gives "
+      "other slot counts than the pools upstream builds")
+def pool_granularity(quota_bytes: int) -> int:
+    from .storage_quota import gpu_granularity
+
+    return gpu_granularity(quota_bytes)
+
+
+@seam("the quota the storage manager builds: the budget in whole grains, enlarged to the constraint floors when "
+      "they need more (TensorRT-LLM _compute_slot_count_for_level: max(min quota, rounded quota)); the enlargement "
+      "past the budget is the seed's out-of-memory, and a plan that leaves it out hides it")
+def storage_quota(rounded_budget: int, min_quota: int) -> int:
+    return max(min_quota, rounded_budget)
+
+
+# ---- estimation (kvcm/estimation.py) -------------------------------------------------------------------------
+@seam("the config fields the estimation cache changes (TensorRT-LLM _util.py try_prepare_estimation): pool_ratio "
+      "dropped, the byte budget min(fraction x free, max_gpu_total_bytes), max_tokens kept as a cap; avg_seq_len is "
+      "set to max_seq_len by the caller. Keeping the user's ratio or ignoring the user's byte cap sized the "
+      "temporary cache from other constraints and another budget than upstream's")
+def estimation_overrides(kv_cache_config) -> dict:
+    return {"pool_ratio": None, "avg_seq_len": None, "free_gpu_memory_fraction": kv_cache_config.fraction,
+            "max_gpu_total_bytes": kv_cache_config.max_gpu_total_bytes, "max_tokens": kv_cache_config.max_tokens}
+
+
+# ---- CUDA-graph warmup (kvcm/warmup.py) -------------------------------------------------------------------------
+@seam("the most tokens the long warmup dummy may hold before the free blocks are counted: max_seq_len - 1 - E - K, "
+      "and never past the model's positions less the K reserved draft slots (TensorRT-LLM model_engine.py "
+      "_create_cuda_graph_warmup_request: min(token_num, max_position_embeddings - max_draft_loop_tokens)); "
+      "without it a max_seq_len beyond the model's positions warmed up positions no request can reach")
+def long_dummy_cap(max_seq_len: int, extra_kv_tokens: int, reserve: int, max_position_embeddings: int | None) -> int:
+    cap = max_seq_len - 1 - extra_kv_tokens - reserve
+    if max_position_embeddings is not None:
+        cap = min(cap, max_position_embeddings - reserve)
+    return cap
+
+
+@seam("the powers of two TensorRT-LLM adds to its default CUDA-graph batch sizes: 256, 512, ... below the maximum "
+      "(llm_args.py _generate_cuda_graph_batch_sizes, range(8, ceil(log2(max)))); the floor that range once used "
+      "dropped the last power below a maximum that is not one (512 for a maximum of 600)")
+def cuda_graph_powers_of_two(max_batch_size: int) -> list[int]:
+    import math
+
+    return [2**i for i in range(8, math.ceil(math.log(max_batch_size, 2)))]
+
+
+# ---- one budget for a target and a draft cache (kvcm/draft_budget.py) -----------------------------------------
+@seam("the draft cache's bytes of a split budget: its per-token share rounded down, the target keeping the rest "
+      "(TensorRT-LLM _util.py _compute_draft_budget_shares: slope_budget * draft_slope // slope_total); rounding "
+      "the target's share down instead gave the draft a byte, and at a block boundary a block, more than upstream")
+def draft_budget_share(total_bytes: int, target_bytes_per_token: int, draft_bytes_per_token: int) -> int:
+    return total_bytes * draft_bytes_per_token // (target_bytes_per_token + draft_bytes_per_token)
+

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import seams
 from .units import ceil_div
 
 
@@ -72,6 +73,43 @@ def cuda_graph_batch_sizes(max_batch_size: int, *, max_num_tokens: int | None = 
     return [b for b in sizes if 1 <= b <= limit]
 
 
+def trtllm_cuda_graph_batch_sizes(max_batch_size: int = 0, enable_padding: bool = False) -> list[int]:
+    """TensorRT-LLM's default captured batch sizes (``CudaGraphConfig`` with no ``batch_sizes``; ``max_batch_size``
+    0 means 128): without padding 1 .. 31, 32, 64, 128 and the powers of two from 256 below the maximum
+    (``seams.cuda_graph_powers_of_two``); with padding 1, 2, 4, the multiples of 8 to 128, then steps of 64. Sizes
+    above the maximum are dropped and the maximum itself is always captured. kvcm's own default is the powers of
+    two (docs/semantics.md 10); pass this list as ``batch_sizes`` to plan upstream's shapes."""
+    top = max_batch_size or 128
+    if enable_padding:
+        sizes = [1, 2, 4] + list(range(8, 129, 8))
+        while sizes[-1] + 64 <= top:
+            sizes.append(sizes[-1] + 64)
+    else:
+        sizes = list(range(1, 32)) + [32, 64, 128] + seams.cuda_graph_powers_of_two(top)
+    sizes = sorted(b for b in sizes if b <= top)
+    if not sizes or sizes[-1] != top:
+        sizes.append(top)
+    return sizes
+
+
+def trtllm_filter_batch_sizes(sizes, max_batch_size: int, max_num_tokens: int, max_draft_len: int = 0,
+                              enable_padding: bool = False) -> list[int]:
+    """TensorRT-LLM's ``_filter_cuda_graph_batch_sizes``: keep the sorted sizes up to ``min(B, N // (1 + D))``;
+    with padding, the first size past that limit is replaced by the limit (batches pad up to it)."""
+    limit = min(max_batch_size, max_num_tokens // (1 + max_draft_len))
+    if limit < 1:
+        return []
+    out = []
+    for b in sorted(sizes):
+        if b <= limit:
+            out.append(b)
+            continue
+        if enable_padding and (not out or out[-1] != limit):
+            out.append(limit)
+        break
+    return out
+
+
 def warmup_shapes(manager, *, batch_sizes=None, draft_lens=None, two_model: bool = False) -> list[WarmupShape]:
     """Shapes largest first; draft length D (and 0 too for two-model speculation)."""
     d = manager.max_draft_len
@@ -87,6 +125,7 @@ def plan_warmup(manager, *, batch_sizes=None, draft_lens=None, two_model: bool =
     """Make, optionally use (``on_fit(shape, dummies)``, e.g. a graph capture) and release each shape's dummies."""
     report = WarmupReport(cache=cache)
     s, e, tpb = manager.max_seq_len, manager.num_extra_kv_tokens, manager.tokens_per_block
+    positions = getattr(manager.model, "max_position_embeddings", None)
     for shape in warmup_shapes(manager, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model):
         report.planned.append(shape)
         bs, dl = shape.batch_size, shape.draft_len
@@ -101,7 +140,7 @@ def plan_warmup(manager, *, batch_sizes=None, draft_lens=None, two_model: bool =
             continue
         available = manager.get_num_available_tokens(token_num_upper_bound=s, batch_size=bs, max_num_draft_tokens=k)
         free_now = manager.get_num_free_blocks()
-        token_num = max(1, min(available, s - 1 - e - k, free_now * tpb - e - k))
+        token_num = max(1, min(available, seams.long_dummy_cap(s, e, k, positions), free_now * tpb - e - k))
         longest = manager.add_dummy_requests(ids[-1:], token_nums=[token_num], is_gen=True, max_num_draft_tokens=dl,
                                              kv_reserve_draft_tokens=k)
         try:

@@ -4,8 +4,9 @@ Source: ``tensorrt_llm/runtime/kv_cache_manager_v2/_storage_manager.py`` (commit
 ``StorageManager.__init__``: the initial pool ratio comes from the typical batch when there is one; else, when
 there are constraints, from the constraints' own slot bytes ("Use the constraint slot counts as the ratio
 basis"); else from one request ``KVCacheDesc(capacity=2049, history_length=2048)``. Slot bytes there are
-rounded to the GPU pool granularity (2 MiB << min(4, log2(quota / 1 GiB)): 2 MiB at 1 GiB), so the counts
-restated below may differ from upstream's by a block; the ratio is the fact that carries over.
+rounded up to the GPU pool granularity (2 MiB at 1 GiB) before they become a ratio, and each pool is a whole
+number of grains: ``trtllm_storage_plan()`` restates upstream's counts exactly (docs/semantics.md 4.4), kvcm's
+own split uses exact bytes.
 
 Gemma 3 270M at tpb 32, bf16: the sliding group (15 layers, window 512) takes 480 KiB a block, the full group
 (3 layers) 96 KiB.
@@ -63,3 +64,22 @@ def test_with_the_context_constraint_kvcm_keeps_the_default_share_where_upstream
     assert [g.num_blocks for g in mgr.layer_groups][group] == [1237, 4733][group]
     assert mgr.layer_groups[group].num_blocks >= 256                      # the floor holds in both
     assert mgr.layer_groups[group].num_blocks != upstream[group]
+
+
+def test_upstream_default_share_is_grain_rounded():
+    """``ratio_from_batch`` rounds the (2049, 2048) request's slot bytes up to 2 MiB grains before taking the
+    ratio: 17 x 480 KiB (7.97 MiB) and 65 x 96 KiB (6.09 MiB) both become 4 grains, so upstream splits 1 GiB
+    1:1 by bytes: 256 grains each, 1,092 sliding and 5,461 full slots, where kvcm's exact-byte split gives 1,237
+    and 4,733 (18 requests of 8,192 tokens against upstream's 21)."""
+    plan = _gemma(None).trtllm_storage_plan()
+    assert [plan.num_slots(g) for g in (0, 1)] == [1092, 5461]
+    assert [pg.grains(plan.granularity) for pg in plan.pool_groups] == [256, 256]
+
+
+def test_upstream_constraint_share_is_grain_rounded():
+    """With N = 8192 and no typical step the ratio is the context constraint's floors in grains (256 blocks:
+    120 MiB and 24 MiB, 5:1); the smaller share goes first, ``round(512 / 6) = 85`` grains, 1,813 full slots;
+    the sliding group takes the other 427 grains, 1,821 slots. Both keep the 256-block floor."""
+    plan = _gemma(8192).trtllm_storage_plan()
+    assert [plan.num_slots(g) for g in (0, 1)] == [1821, 1813]
+    assert [pg.min_slots for pg in plan.pool_groups] == [256, 256]

@@ -104,6 +104,20 @@ def test_plan_reports_v4_budget_error(capsys):
     assert "BudgetExceededError" in out["managers"][0]["error"] and "longest_decode" in out["managers"][0]["error"]
 
 
+def test_plan_reports_the_pool_tensorrt_llm_would_build(capsys):
+    """The same refusal in ``kvcm plan --json`` carries the finding: TensorRT-LLM's storage manager builds the
+    floors in whole 2 MiB grains (the full group's 8,255-slot floor is 8,256 slots of those grains), a quota
+    enlarged to exactly that pool, 8,147,854,951 bytes past the 0.9 GiB budget (docs/semantics.md 4.4)."""
+    kvcm.cli.main(["plan", "--model", "deepseek-v4-flash", "--free-gib", "1", "-S", "1048576", "-B", "64", "--json"])
+    entry = json.loads(capsys.readouterr().out)["managers"][0]
+    pool = entry["trtllm_pool"]
+    assert pool["granularity"] == 2 << 20 and pool["pool_bytes"] % pool["granularity"] == 0
+    assert pool["quota_bytes"] == pool["pool_bytes"] == 9114222592
+    assert pool["excess_bytes"] == pool["pool_bytes"] - pool["budget_bytes"] == 8147854951
+    assert [(g["min_slots"], g["num_slots"]) for g in pool["pool_groups"]] == [(64, 64), (8255, 8256), (64, 64)]
+    assert "over the budget" in entry["error"]
+
+
 # ---- a failed operation restores state ------------------------------------------------------------------------
 def _snapshot(mgr):
     return ({r: (mgr.get_capacity(r), mgr.get_history(r), mgr.block_table(r)) for r in mgr.request_ids},

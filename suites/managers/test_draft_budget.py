@@ -63,7 +63,8 @@ def test_engine_caches_share_the_budget():
 
 def test_plan_shows_the_split(capsys):
     """``kvcm plan --draft-model``: Llama-3-8B (131072 bytes a token in bf16) and Qwen3-0.6B (114688) split
-    72 GiB (0.9 x 80) in proportion, and both final caches fit their shares."""
+    72 GiB (0.9 x 80) in proportion, the draft's share rounded down as TensorRT-LLM's
+    ``_compute_draft_budget_shares`` does, and both final caches fit their shares."""
     import json
 
     import kvcm.cli
@@ -73,7 +74,7 @@ def test_plan_shows_the_split(capsys):
     split = out["draft_split"]
     total = int(0.9 * 80 * GiB)
     assert split["total_bytes"] == total
-    assert split["target_bytes"] == total * 131072 // (131072 + 114688)
+    assert split["draft_bytes"] == total * 114688 // (131072 + 114688)
     assert split["target_bytes"] + split["draft_bytes"] == total
     for m in out["managers"]:
         assert m["final"]["pool_bytes"] + m["draft"]["pool_bytes"] <= total, m["kvcm_version"]

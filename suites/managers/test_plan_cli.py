@@ -178,3 +178,15 @@ def test_plan_says_what_block_reuse_does(capsys, monkeypatch):
 
     rc, v4 = _plan(capsys, "--model", "deepseek-v4-flash", "-B", "4", "-S", "1024", "-N", "1024")
     assert rc == 0 and v4["block_reuse"]["enable_partial_reuse"] is False
+
+
+@pytest.mark.parametrize("model, expected", [("qwen3-0.6b", 12288), ("gemma-3-270m", 24576)])
+def test_plan_json_gives_tensorrt_llms_estimation_tokens(capsys, model, expected):
+    """``--json`` carries the ``max_tokens`` TensorRT-LLM's estimation step would give its V2 cache
+    (``_get_token_num_for_estimation``): S = N = 8192, B = 256, tpb 32: dummies of 8,191 and 1 tokens (257 blocks)
+    against CUDA-graph warmup's ``ceil(8193 / 32) + min(256, 128) - 1 = 384`` blocks: 12,288 tokens, doubled for
+    Gemma 3's two pool groups (window 512 and full)."""
+    kvcm.cli.main(["plan", "--model", model, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    v2 = [m for m in out["managers"] if m["kvcm_version"] == "v2"][0]
+    assert v2["trtllm_estimation_max_tokens"] == expected
