@@ -37,9 +37,10 @@ def mapping_of(args, cfg: dict | None):
         mapping = Mapping(tp_size=tp, pp_size=pp, enable_attention_dp=adp)
         if cfg is not None:
             cfg = dict(cfg.get("text_config") or cfg) if "num_hidden_layers" not in cfg else cfg
-            check_heads(mapping, cfg.get("num_attention_heads"))
-            if cfg.get("num_hidden_layers"):
-                check_layers(mapping, int(cfg["num_hidden_layers"]))
+            heads = cfg.get("num_attention_heads")
+            check_heads(mapping, heads if isinstance(heads, int) and heads > 0 else None)
+            if isinstance(cfg.get("num_hidden_layers"), int) and cfg["num_hidden_layers"] > 0:
+                check_layers(mapping, cfg["num_hidden_layers"])
     except ConfigError as exc:
         option = _OPTION.get(exc.field)
         raise ConfigError(option or exc.field, exc.value, exc.limit) from None
