@@ -75,7 +75,7 @@ def plan(args, progress: bool | None = None) -> dict:
         out["parallel"] = mapping.as_dict()
     from .reuse.plan import plan_entry
     out["block_reuse"] = plan_entry(cfg, deepseek)     # changes nothing in the pools; what it does at run time
-    draft = _draft_split(args, model, cfg, out)
+    draft = _draft_split(args, model, cfg, out, mapping)
     if draft is not None:
         cfg = draft[1]
     if deepseek and args.kvcm_version == "both":
@@ -157,16 +157,24 @@ def cache_config(*, tpb, max_tokens, max_gpu_total_bytes, fraction, dtype):
         raise ConfigError(f"{option} ({exc.field})" if option else exc.field, exc.value, exc.limit) from None
 
 
-def _draft_split(args, model, cfg, out):
+def _draft_split(args, model, cfg, out, mapping=None):
     """``--draft-model``: (draft spec, target config, draft config), one byte budget split between the two
-    caches by KV bytes per token (``kvcm.draft_budget``); the split goes into ``out["draft_split"]``."""
+    caches by KV bytes per token (``kvcm.draft_budget``), a rank's with ``--tp`` (TensorRT-LLM sizes both with
+    the mapping); the split goes into ``out["draft_split"]``."""
     if not getattr(args, "draft_model", None):
         return None
     from .draft_budget import split_draft_budget, total_budget_bytes
+    from .errors import ConfigError
 
     draft_spec = load_model(args.draft_model)
     free = int(args.free_gib * GiB)
-    target_cfg, draft_cfg = split_draft_budget(cfg, model, draft_spec, free_memory_bytes=free)
+    target, draft = model, draft_spec
+    if mapping is not None and hasattr(model, "for_rank") and hasattr(draft_spec, "for_rank"):
+        try:
+            target, draft = model.for_rank(mapping), draft_spec.for_rank(mapping)
+        except ConfigError as exc:
+            raise ConfigError(f"--tp (the draft model's {exc.field})", exc.value, exc.limit) from None
+    target_cfg, draft_cfg = split_draft_budget(cfg, target, draft, free_memory_bytes=free)
     out["draft_split"] = {"draft_model": args.draft_model, "total_bytes": total_budget_bytes(cfg, free),
                           "target_bytes": target_cfg.max_gpu_total_bytes, "draft_bytes": draft_cfg.max_gpu_total_bytes}
     return draft_spec, target_cfg, draft_cfg
