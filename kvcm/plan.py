@@ -85,9 +85,15 @@ def plan(args, progress: bool | None = None) -> dict:
         try:
             limits = Limits(args.max_batch_size, args.max_seq_len, args.max_num_tokens, args.max_draft_len,
                             args.extra_kv_tokens, device="meta")
-            stages = [build_with_estimation(kvcm_version, model, cfg, limits, free_memory_bytes=int(args.free_gib * GiB),
-                                            two_model=args.two_model or draft is not None, mapping=mapping, pp_rank=r)
-                      for r in range(1 if mapping is None else mapping.pp_size)]
+            def build(r, config):
+                return build_with_estimation(kvcm_version, model, config, limits,
+                                             free_memory_bytes=int(args.free_gib * GiB),
+                                             two_model=args.two_model or draft is not None, mapping=mapping, pp_rank=r)
+
+            stages = [build(r, cfg) for r in range(1 if mapping is None else mapping.pp_size)]
+            if kvcm_version == "v1" and len(stages) > 1:   # V1 takes every rank's max_tokens down to the fewest
+                from .plan_parallel import v1_common_tokens
+                stages = v1_common_tokens(stages, cfg, build)
             if draft is not None:
                 from .factory import create_kv_cache_manager
                 draft_limits = limits.replace(max_seq_len=args.max_seq_len + args.max_draft_len, num_extra_kv_tokens=0)

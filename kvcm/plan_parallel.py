@@ -50,6 +50,18 @@ def mapping_of(args, cfg: dict | None):
     return mapping
 
 
+def v1_common_tokens(stages: list, cfg, build) -> list:
+    """V1's pools under pipeline parallelism: ``calculate_max_num_blocks`` reduces ``max_tokens`` with MIN over
+    every rank before it counts blocks, so a stage with fewer layers allocates only the fewest tokens any stage
+    holds. ``build(pp_rank, config)`` rebuilds a stage (its estimation cache is unchanged: it ignores
+    ``max_tokens``); V2 keeps each stage's own pool (its ranks agree on a byte quota, not on tokens)."""
+    from . import seams
+
+    agreed = seams.rank_tokens([s.manager.max_tokens for s in stages])
+    return [s if s.manager.max_tokens == tokens else build(r, cfg.replace(max_tokens=tokens))
+            for r, (s, tokens) in enumerate(zip(stages, agreed))]
+
+
 def _model_layers(manager) -> list[int]:
     return sorted({layer.model_layer if layer.model_layer is not None else i
                    for i, layer in enumerate(manager.model.layers)})

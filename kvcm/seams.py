@@ -126,3 +126,10 @@ def kv_heads_per_rank(num_kv_heads: int, attn_tp: int) -> int:
       "tenstorrent/tt-xla #5861 budgeted the replicated latent as sharded, a tp_size-fold over-commit)")
 def latent_ways(attn_tp: int) -> int:
     return 1
+
+
+@seam("the tokens each rank's V1 pool is sized for, given what each rank's own budget holds: the fewest, on every "
+      "rank (TensorRT-LLM calculate_max_num_blocks allreduces max_tokens with MIN; PR #4007 made AutoDeploy's "
+      "ranks agree on one KV cache size after ranks had sized theirs apart)")
+def rank_tokens(own_tokens: list) -> list:
+    return [min(own_tokens)] * len(own_tokens)

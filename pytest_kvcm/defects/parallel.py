@@ -1,5 +1,5 @@
 """Parallel deployments: how much of a layer's KV one rank stores (``kvcm.seams.kv_heads_per_rank`` and
-``kvcm.seams.latent_ways``). Each defect is a bug engines shipped when they first split KV over tensor-parallel
+``kvcm.seams.latent_ways``) and how many tokens the ranks' pools agree on (``kvcm.seams.rank_tokens``). Each defect is a bug engines shipped when they first split KV over tensor-parallel
 ranks; the conformance cases restate TensorRT-LLM's rule (docs/semantics.md, "Parallel deployments")."""
 
 from __future__ import annotations
@@ -36,3 +36,16 @@ def mla_latent_split_by_tp(mp):
     from kvcm import seams
 
     seams.replace(mp, "latent_ways", lambda attn_tp: attn_tp)
+
+
+@defect("ranks-size-kv-apart",
+        upstream="TensorRT-LLM PR #4007 ([AutoDeploy] make all ranks agree on kv-cache size); resource_manager.py "
+                 "calculate_max_num_blocks allreduces max_tokens with ReduceOp.MIN",
+        story="each pipeline stage sized its V1 pool from its own budget: a stage with fewer layers allocated "
+              "tokens no request could use, since every request needs room on every stage",
+        catchers=(_PLAN + "test_the_stage_with_the_fewest_tokens_binds",
+                  "suites/managers/test_plan_parallel.py::test_pipeline_stages_share_v1_tokens"))
+def ranks_size_kv_apart(mp):
+    from kvcm import seams
+
+    seams.replace(mp, "rank_tokens", lambda own_tokens: list(own_tokens))

@@ -64,12 +64,17 @@ def test_deepseek_v4_flash_at_tp8_without_attention_dp_replicates_the_latent(cap
 
 
 def test_the_stage_with_the_fewest_tokens_binds(capsys):
-    """Seed-OSS-36B at tp 4 x pp 3: stage 0 holds 22 layers (22528 bytes a token, 3,431,680 tokens), stages 1, 2
-    hold 21 (3,595,104). A request needs room on every stage and TensorRT-LLM's ``calculate_max_num_blocks``
-    reduces ``max_tokens`` with MIN over ranks: the deployment holds stage 0's 3,431,680."""
-    rc, out = _plan(capsys, "--model", "seed-oss-36b", "--tp", "4", "--pp", "3", "--kvcm-version", "v1")
-    (m,) = out["managers"]
+    """Seed-OSS-36B at tp 4 x pp 3: stage 0 holds 22 layers (22528 bytes a token: 72 GiB // 720,896 = 107,240 blocks =
+    3,431,680 tokens), stages 1, 2 hold 21 (21504 bytes; 72 GiB would be 3,595,104 tokens). A request needs room on
+    every stage: the deployment holds stage 0's 3,431,680. V1's ``calculate_max_num_blocks`` reduces ``max_tokens``
+    with MIN over every rank before counting blocks, so stages 1, 2 allocate 107,240 blocks too (107,240 x 32 x
+    21504 bytes); V2's ranks agree on a byte quota instead, and each stage keeps its own 72 GiB pool."""
+    rc, out = _plan(capsys, "--model", "seed-oss-36b", "--tp", "4", "--pp", "3")
+    v1, v2 = out["managers"]
     assert rc == 0
-    assert [(s["num_layers"], s["bytes_per_token"], s["max_tokens"]) for s in m["stages"]] == [
-        (22, 22528, 3431680), (21, 21504, 3595104), (21, 21504, 3595104)]
-    assert (m["deployment"]["binding_stage"], m["deployment"]["max_tokens"]) == (0, 3431680)
+    assert [(s["num_layers"], s["bytes_per_token"], s["max_tokens"], s["pool_bytes"]) for s in v1["stages"]] == [
+        (22, 22528, 3431680, 107240 * 32 * 22528), (21, 21504, 3431680, 107240 * 32 * 21504),
+        (21, 21504, 3431680, 107240 * 32 * 21504)]
+    assert [s["max_tokens"] for s in v2["stages"]] == [3431680, 3595104, 3595104]
+    for m in (v1, v2):
+        assert (m["deployment"]["binding_stage"], m["deployment"]["max_tokens"]) == (0, 3431680)

@@ -55,3 +55,14 @@ def test_tp_is_not_read_as_tpb(capsys):
     with pytest.raises(SystemExit) as exit_:
         kvcm.cli.main(["plan", "--max-tok", "5"])   # a prefix of --max-tokens is no longer read as it
     assert exit_.value.code == 2
+
+
+def test_pipeline_stages_share_v1_tokens(capsys):
+    """Seed-OSS-36B at tp 4 x pp 3 (22, 21, 21 layers of 2 KV heads): V1 sizes every stage for stage 0's 3,431,680
+    tokens, so the 21-layer stages use 107,240 x 32 x 21504 bytes = 68.7 GiB of their 72 GiB."""
+    assert kvcm.cli.main(["plan", "--model", "seed-oss-36b", "--tp", "4", "--pp", "3", "--kvcm-version", "v1"]) == 0
+    text = capsys.readouterr().out
+    assert "    stage 0: layers 0-21 (22), 2 KV heads a layer, 22.0 KiB a token: 72.0 GiB = 3,431,680 tokens" in text
+    for stage, layers in ((1, "22-42"), (2, "43-63")):
+        assert (f"    stage {stage}: layers {layers} (21), 2 KV heads a layer, 21.0 KiB a token: 68.7 GiB = 3,431,680 "
+                "tokens, 418 requests of S=8,192") in text
