@@ -51,7 +51,7 @@ def max_concurrency(manager, seq_len: int) -> int:
 
 def plan(args, progress: bool | None = None) -> dict:
     """The plan as a dict (``--json``). ``progress``: a bar on stderr per manager built (None: on a terminal)."""
-    mapping = check_args(args)  # first: bad options and a bad name answer before the managers (and torch) load
+    mapping = check_args(args)  # first: bad options and a bad name answer before the managers and torch load
     model = load_model(args.model)
     from .errors import KvcmError
     from .estimation import build_with_estimation

@@ -1,6 +1,7 @@
-"""Parallel deployments: how much of a layer's KV one rank stores (``kvcm.seams.kv_heads_per_rank`` and
-``kvcm.seams.latent_ways``) and how many tokens the ranks' pools agree on (``kvcm.seams.rank_tokens``). Each defect is a bug engines shipped when they first split KV over tensor-parallel
-ranks; the conformance cases restate TensorRT-LLM's rule (docs/semantics.md, "Parallel deployments")."""
+"""Parallel deployments: how much of a layer's KV one rank stores (``kvcm.seams.kv_heads_per_rank``,
+``kvcm.seams.latent_ways``) and how many tokens the ranks' pools agree on (``kvcm.seams.rank_tokens``). Each
+defect is a bug engines shipped when they first split KV over ranks; the conformance cases restate TensorRT-LLM's
+rule (docs/semantics.md section 12)."""
 
 from __future__ import annotations
 
