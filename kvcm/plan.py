@@ -94,17 +94,17 @@ def plan(args, progress: bool | None = None) -> dict:
             if kvcm_version == "v1" and len(stages) > 1:   # V1 takes every rank's max_tokens down to the fewest
                 from .plan_parallel import v1_common_tokens
                 stages = v1_common_tokens(stages, cfg, build)
+            est = stages[0]   # with --pp: stage 0's in detail below, every stage's in "stages"
             if draft is not None:
                 from .factory import create_kv_cache_manager
                 draft_limits = limits.replace(max_seq_len=args.max_seq_len + args.max_draft_len, num_extra_kv_tokens=0)
-                entry["draft"] = create_kv_cache_manager(kvcm_version, draft[0], draft[2], draft_limits,
-                                                         free_memory_bytes=int(args.free_gib * GiB),
-                                                         mapping=mapping).describe()
+                entry["draft"] = create_kv_cache_manager(kvcm_version, draft[0], draft[2], draft_limits, mapping=mapping,
+                                                         free_memory_bytes=int(args.free_gib * GiB)).describe()
         except KvcmError as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
             out["managers"].append(entry)
             continue
-        est, final = stages[0], stages[0].manager   # with --pp: stage 0's in detail, every stage's in "stages"
+        final = est.manager
         entry.update(estimation=est.estimation, final=final.describe(),
                      max_concurrency=max_concurrency(final, args.max_seq_len),
                      warmup=[w.as_dict() for w in est.warmups])

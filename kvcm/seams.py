@@ -104,14 +104,6 @@ def prefill_start(prepopulated: int, num_tokens: int) -> int:
     return prepopulated
 
 
-# ---- start-up check (kvcm/startup.py) ----------------------------------------------------------------------------
-@seam("the pages of a pool that a request can be given: all of them less those the engine holds back from every "
-      "request (vLLM PR #47272: the start-up check counted the null block as usable, so a pool of exactly "
-      "cdiv(max_model_len, block_size) blocks passed and a max_model_len request never scheduled)")
-def startup_usable_pages(num_pages: int, reserved_pages: int) -> int:
-    return num_pages - reserved_pages
-
-
 # ---- parallel deployments (kvcm/parallel.py) ---------------------------------------------------------------------
 @seam("KV heads one rank keeps of a layer's num_kv_heads over attn_tp attention-TP ranks: rounded up, so heads are "
       "replicated when there are fewer than ranks (TensorRT-LLM resource_manager.py KVCacheManager.__init__: "
@@ -133,3 +125,11 @@ def latent_ways(attn_tp: int) -> int:
       "ranks agree on one KV cache size after ranks had sized theirs apart)")
 def rank_tokens(own_tokens: list) -> list:
     return [min(own_tokens)] * len(own_tokens)
+
+
+# ---- start-up check (kvcm/startup.py) ----------------------------------------------------------------------------
+@seam("the pages of a pool that a request can be given: all of them less those the engine holds back from every "
+      "request (vLLM PR #47272: the start-up check counted the null block as usable, so a pool of exactly "
+      "cdiv(max_model_len, block_size) blocks passed and a max_model_len request never scheduled)")
+def startup_usable_pages(num_pages: int, reserved_pages: int) -> int:
+    return num_pages - reserved_pages
