@@ -161,7 +161,3 @@ def shard(spec, mapping: Mapping, pp_rank: int = 0):
     layers = tuple(shard_layer(spec.layers[i], mapping.attn_tp_size) for i in keep)
     return replace(spec, layers=layers, num_model_layers=num_model_layers(spec))
 
-
-def kv_heads_on_rank(spec, mapping: Mapping) -> list[int]:
-    """Distinct KV-head counts a rank holds per layer (for the plan's text): 1 for latent layers."""
-    return sorted({shard_layer(layer, mapping.attn_tp_size).num_kv_heads for layer in spec.layers})
