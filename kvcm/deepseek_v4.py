@@ -49,6 +49,7 @@ class DeepseekV4Spec:
     max_position_embeddings: PositiveInt = 1048576
     name: str = "DeepSeek-V4-Flash"
     indexer_k_dtype: Literal["fp8", "fp4"] = "fp8"
+    num_attention_heads: PositiveInt = 64
 
     @classmethod
     def from_hf_config(cls, config) -> "DeepseekV4Spec":
@@ -63,7 +64,8 @@ class DeepseekV4Spec:
             ratios = _flash_compress_ratios()
         return cls(ratios, int(cfg.get("sliding_window", 128)), int(cfg.get("head_dim", 512)),
                    int(cfg.get("index_head_dim", 128)), int(cfg.get("max_position_embeddings", 1048576)),
-                   cfg.get("_name_or_path") or "deepseek_v4")
+                   cfg.get("_name_or_path") or "deepseek_v4",
+                   num_attention_heads=int(cfg.get("num_attention_heads", 64)))
 
     def layer_ratios(self, max_draft_len: int) -> tuple[int, ...]:
         """Per cached layer its ratio: with drafts, ``D - 1`` MTP layers that repeat the last layer's ratio are
@@ -110,21 +112,24 @@ class DeepseekV4Spec:
                 add(i, "COMPRESSOR_SCORE", state * hd, window=w, dtype=torch.float32)
                 add(i, "COMPRESS", hd, ratio=128)
         return ModelSpec(tuple(roles), name=self.name, max_position_embeddings=self.max_position_embeddings,
-                         preferred_manager="v2")
+                         preferred_manager="v2", num_attention_heads=self.num_attention_heads,
+                         num_model_layers=len(self.compress_ratios))
 
 
 class DeepseekV4CacheManager(KVCacheManagerV2):
     kvcm_version = "v2"
 
     def __init__(self, spec: DeepseekV4Spec | None = None, kv_cache_config: KvCacheConfig | None = None,
-                 limits: Limits | None = None, *, free_memory_bytes: int | None = None, **limit_fields):
+                 limits: Limits | None = None, *, free_memory_bytes: int | None = None, mapping=None,
+                 pp_rank: int = 0, **limit_fields):
         spec = spec or DeepseekV4Spec()
         cfg = kv_cache_config or KvCacheConfig(tokens_per_block=128)
         if cfg.tokens_per_block not in (128, 256):
             raise ConfigError("tokens_per_block", cfg.tokens_per_block, "DeepSeek-V4 needs 128 or 256")
         self.v4_spec = spec
         limits = Limits.of(limits, **limit_fields)
-        super().__init__(spec.to_model_spec(limits.max_draft_len), cfg, limits, free_memory_bytes=free_memory_bytes)
+        super().__init__(spec.to_model_spec(limits.max_draft_len), cfg, limits, free_memory_bytes=free_memory_bytes,
+                         mapping=mapping, pp_rank=pp_rank)
 
     def _typical_seq_len(self) -> int:
         """V4 always builds a typical step (unless a pool ratio is set): ``avg_seq_len or max_seq_len``."""

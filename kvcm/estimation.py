@@ -71,12 +71,15 @@ def estimate(make_manager: Callable, est_config, *, warm: Callable | None = None
 @renamed_keywords(version="kvcm_version")
 def build_with_estimation(kvcm_version: str, model, kv_cache_config, limits: Limits | None = None, *,
                           warmup: bool = True, batch_sizes=None, draft_lens=None, two_model: bool = False,
-                          free_memory_bytes: int | None = None, **limit_fields) -> Estimation:
-    """Estimation cache, then final cache, each with the warmup plan (no forwards: the manager alone)."""
+                          free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0,
+                          **limit_fields) -> Estimation:
+    """Estimation cache, then final cache, each with the warmup plan (no forwards: the manager alone); with
+    ``mapping``, both are one rank's of pipeline stage ``pp_rank``."""
     limits = Limits.of(limits, **limit_fields)
 
     def make(cfg):
-        return create_kv_cache_manager(kvcm_version, model, cfg, limits, free_memory_bytes=free_memory_bytes)
+        return create_kv_cache_manager(kvcm_version, model, cfg, limits, free_memory_bytes=free_memory_bytes,
+                                       mapping=mapping, pp_rank=pp_rank)
 
     def warm(cache):
         return lambda mgr: plan_warmup(mgr, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model,

@@ -28,13 +28,15 @@ def resolve_kvcm_version(kvcm_version: str, model) -> str:
 
 @renamed_keywords(version="kvcm_version")
 def create_kv_cache_manager(kvcm_version: str, model, kv_cache_config=None, limits: Limits | None = None, *,
-                            free_memory_bytes: int | None = None, **limit_fields):
+                            free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0, **limit_fields):
     """A ``kvcm_version`` manager for ``model``, sized by ``kv_cache_config`` for ``limits`` (a ``kvcm.Limits``,
     or its fields as keywords: ``max_batch_size=64, max_seq_len=4096, ...``, as before ``Limits`` existed).
-    ``version=`` is the deprecated spelling of ``kvcm_version=``."""
+    ``version=`` is the deprecated spelling of ``kvcm_version=``. ``mapping`` (a ``kvcm.Mapping``) and ``pp_rank``:
+    the cache of one rank of a parallel deployment (``kvcm.parallel``)."""
     resolved = resolve_kvcm_version(kvcm_version, model)
     limits = Limits.of(limits, **limit_fields)
     if isinstance(model, DeepseekV4Spec):
-        return DeepseekV4CacheManager(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes)
+        return DeepseekV4CacheManager(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes,
+                                      mapping=mapping, pp_rank=pp_rank)
     cls = KVCacheManagerV1 if resolved == "v1" else KVCacheManagerV2
-    return cls(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes)
+    return cls(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes, mapping=mapping, pp_rank=pp_rank)

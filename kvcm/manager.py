@@ -61,14 +61,20 @@ class BaseKVCacheManager(ReuseMixin):
     version = renamed_attribute("kvcm_version")
 
     def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, limits: Limits | None = None,
-                 *, free_memory_bytes: int | None = None, **limit_fields):
-        """``limits`` (a ``kvcm.Limits``), or its fields as keywords (``max_batch_size=..., max_seq_len=...``)."""
+                 *, free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0, **limit_fields):
+        """``limits`` (a ``kvcm.Limits``), or its fields as keywords (``max_batch_size=..., max_seq_len=...``).
+        ``mapping`` (a ``kvcm.Mapping``): size the cache of one rank of pipeline stage ``pp_rank`` of a parallel
+        deployment (its layers and its share of the KV heads, ``ModelSpec.for_rank``); ``free_memory_bytes`` is
+        then that rank's GPU's."""
         if not isinstance(model, ModelSpec):
             raise ConfigError("model", type(model).__name__, "must be a kvcm.ModelSpec (or a DeepseekV4Spec through "
                               "create_kv_cache_manager); build one with ModelSpec.from_hf_config")
         if kv_cache_config is not None and not isinstance(kv_cache_config, KvCacheConfig):
             raise ConfigError("kv_cache_config", type(kv_cache_config).__name__, "must be a kvcm.KvCacheConfig or None")
         cfg = kv_cache_config or KvCacheConfig()
+        if mapping is not None:
+            model = model.for_rank(mapping, pp_rank)
+        self.mapping, self.pp_rank = mapping, pp_rank
         self.limits = Limits.of(limits, **limit_fields)
         free_memory_bytes = validation.optional_count("free_memory_bytes", free_memory_bytes)
         self.model = model if cfg.dtype == "auto" else model.with_dtype(cfg.dtype)
@@ -298,7 +304,14 @@ class BaseKVCacheManager(ReuseMixin):
             "constraints": [{"name": n, "requests": _batch_summary(c)}
                             for n, c in zip(self.constraint_names, self.constraints)],
             "typical_step": None if self.typical_step is None else _batch_summary(self.typical_step),
-        }
+        } | ({} if self.mapping is None else {"pp_rank": self.pp_rank, "num_layers": self.model.num_layers,
+                                              "bytes_per_token": self._bytes_per_token_or_none()})
+
+    def _bytes_per_token_or_none(self) -> int | None:
+        """The rank's KV bytes a token (None where a role keeps fewer entries than tokens, as DeepSeek-V4's do)."""
+        if any(layer.compress_ratio != 1 for layer in self.model.layers):
+            return None
+        return self.model.bytes_per_token()
 
 
 def _batch_summary(batch: BatchDesc) -> list[dict]:

@@ -81,6 +81,9 @@ class ModelSpec:
     """The attention layers of a model, in layer order.
 
     ``preferred_manager`` is the model's declared manager version for ``create_kv_cache_manager('auto', ...)``.
+    ``num_attention_heads`` (query heads) bounds tensor parallelism; ``num_model_layers`` is what pipeline
+    parallelism splits (None: one per distinct ``model_layer``; layers past it, such as MTP layers, go to the last
+    stage). Both matter only to :meth:`for_rank`.
     """
 
     layers: Annotated[tuple[LayerSpec, ...], Field(min_length=1)] = Field(
@@ -89,6 +92,8 @@ class ModelSpec:
     max_position_embeddings: PositiveInt | None = None
     preferred_manager: Literal["v1", "v2"] | None = Field(None, description="one of None, 'v1', 'v2'")
     extra: dict = field(default_factory=dict, compare=False)
+    num_attention_heads: PositiveInt | None = None
+    num_model_layers: PositiveInt | None = None
 
     @property
     def num_layers(self) -> int:
@@ -96,6 +101,13 @@ class ModelSpec:
 
     def bytes_per_token(self) -> int:
         return sum(layer.bytes_per_token for layer in self.layers)
+
+    def for_rank(self, mapping, pp_rank: int = 0) -> "ModelSpec":
+        """What one rank of pipeline stage ``pp_rank`` stores under ``mapping`` (a ``kvcm.parallel.Mapping``):
+        its stage's layers, each with its share of the KV heads (``kvcm.parallel.shard``)."""
+        from .parallel import shard
+
+        return shard(self, mapping, pp_rank)
 
     def with_dtype(self, dtype) -> "ModelSpec":
         """The same layers with every KV stored in ``dtype`` (the cache config's dtype)."""
@@ -147,7 +159,7 @@ class ModelSpec:
                 layers.append(LayerSpec(kv_heads, int(head_dim), dtype, windows[i], model_layer=i))
         return cls(tuple(layers), name=cfg.get("_name_or_path") or cfg.get("name") or model_type or "model",
                    max_position_embeddings=cfg.get("max_position_embeddings"),
-                   preferred_manager=cfg.get("kv_cache_manager_version"))
+                   preferred_manager=cfg.get("kv_cache_manager_version"), num_attention_heads=heads)
 
 
 def _sliding_layers(cfg: dict, n: int) -> list[int | None]:

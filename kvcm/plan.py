@@ -51,7 +51,7 @@ def max_concurrency(manager, seq_len: int) -> int:
 
 def plan(args, progress: bool | None = None) -> dict:
     """The plan as a dict (``--json``). ``progress``: a bar on stderr per manager built (None: on a terminal)."""
-    check_args(args)  # first: bad options and a bad name answer before the managers (and torch) load
+    mapping = check_args(args)  # first: bad options and a bad name answer before the managers and torch load
     model = load_model(args.model)
     from .errors import KvcmError
     from .estimation import build_with_estimation
@@ -71,9 +71,11 @@ def plan(args, progress: bool | None = None) -> dict:
            "num_extra_kv_tokens": args.extra_kv_tokens, "tokens_per_block": tpb, "dtype": args.dtype,
            "free_gpu_memory_fraction": args.fraction, "max_tokens": args.max_tokens,
            "max_gpu_total_bytes": cfg.max_gpu_total_bytes, "notes": [], "managers": []}
+    if mapping is not None:
+        out["parallel"] = mapping.as_dict()
     from .reuse.plan import plan_entry
     out["block_reuse"] = plan_entry(cfg, deepseek)     # changes nothing in the pools; what it does at run time
-    draft = _draft_split(args, model, cfg, out)
+    draft = _draft_split(args, model, cfg, out, mapping)
     if draft is not None:
         cfg = draft[1]
     if deepseek and args.kvcm_version == "both":
@@ -83,12 +85,20 @@ def plan(args, progress: bool | None = None) -> dict:
         try:
             limits = Limits(args.max_batch_size, args.max_seq_len, args.max_num_tokens, args.max_draft_len,
                             args.extra_kv_tokens, device="meta")
-            est = build_with_estimation(kvcm_version, model, cfg, limits, free_memory_bytes=int(args.free_gib * GiB),
-                                        two_model=args.two_model or draft is not None)
+            def build(r, config):
+                return build_with_estimation(kvcm_version, model, config, limits,
+                                             free_memory_bytes=int(args.free_gib * GiB),
+                                             two_model=args.two_model or draft is not None, mapping=mapping, pp_rank=r)
+
+            stages = [build(r, cfg) for r in range(1 if mapping is None else mapping.pp_size)]
+            if kvcm_version == "v1" and len(stages) > 1:   # V1 takes every rank's max_tokens down to the fewest
+                from .plan_parallel import v1_common_tokens
+                stages = v1_common_tokens(stages, cfg, build)
+            est = stages[0]   # with --pp: stage 0's in detail below, every stage's in "stages"
             if draft is not None:
                 from .factory import create_kv_cache_manager
                 draft_limits = limits.replace(max_seq_len=args.max_seq_len + args.max_draft_len, num_extra_kv_tokens=0)
-                entry["draft"] = create_kv_cache_manager(kvcm_version, draft[0], draft[2], draft_limits,
+                entry["draft"] = create_kv_cache_manager(kvcm_version, draft[0], draft[2], draft_limits, mapping=mapping,
                                                          free_memory_bytes=int(args.free_gib * GiB)).describe()
         except KvcmError as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
@@ -105,19 +115,27 @@ def plan(args, progress: bool | None = None) -> dict:
         entry.update(estimation=est.estimation, final=final.describe(),
                      max_concurrency=max_concurrency(final, args.max_seq_len),
                      warmup=[w.as_dict() for w in est.warmups])
+        if mapping is not None:
+            from .plan_parallel import deployment, stage_entry
+            entry["stages"] = [stage_entry(r, s.manager, max_concurrency(s.manager, args.max_seq_len))
+                               for r, s in enumerate(stages)]
+            entry["deployment"] = deployment(entry["stages"], mapping, args.max_batch_size)
         out["managers"].append(entry)
     return out
 
 
-def check_args(args) -> None:
-    """Every numeric option against its limit before torch loads; ``ConfigError`` names the option."""
+def check_args(args):
+    """Every numeric option against its limit before torch loads; ``ConfigError`` names the option. Returns the
+    deployment's ``kvcm.Mapping`` (None for one GPU)."""
     from . import validation
     from .errors import ConfigError
+    from .plan_parallel import mapping_of
 
     try:
-        positions = load_config(args.model).get("max_position_embeddings")
+        config = load_config(args.model)
     except ConfigError:
-        positions = None  # load_model reports the bad name
+        config = None  # load_model reports the bad name
+    positions = None if config is None else config.get("max_position_embeddings")
     validation.finite("--free-gib", args.free_gib, 0, None, open_low=True)
     if args.fraction is not None:
         validation.finite("--fraction", args.fraction, 0, 1, open_low=True, open_high=True)
@@ -132,6 +150,7 @@ def check_args(args) -> None:
     validation.count("-E/--extra-kv-tokens", args.extra_kv_tokens, 0)
     if args.tpb is not None:
         validation.power_of_two("--tpb", args.tpb)
+    return mapping_of(args, config)
 
 
 _OPTION_OF_FIELD = {"tokens_per_block": "--tpb", "max_tokens": "--max-tokens", "dtype": "--dtype",
@@ -151,16 +170,24 @@ def cache_config(*, tpb, max_tokens, max_gpu_total_bytes, fraction, dtype):
         raise ConfigError(f"{option} ({exc.field})" if option else exc.field, exc.value, exc.limit) from None
 
 
-def _draft_split(args, model, cfg, out):
+def _draft_split(args, model, cfg, out, mapping=None):
     """``--draft-model``: (draft spec, target config, draft config), one byte budget split between the two
-    caches by KV bytes per token (``kvcm.draft_budget``); the split goes into ``out["draft_split"]``."""
+    caches by KV bytes per token (``kvcm.draft_budget``), a rank's with ``--tp`` (TensorRT-LLM sizes both with
+    the mapping); the split goes into ``out["draft_split"]``."""
     if not getattr(args, "draft_model", None):
         return None
     from .draft_budget import split_draft_budget, total_budget_bytes
+    from .errors import ConfigError
 
     draft_spec = load_model(args.draft_model)
     free = int(args.free_gib * GiB)
-    target_cfg, draft_cfg = split_draft_budget(cfg, model, draft_spec, free_memory_bytes=free)
+    target, draft = model, draft_spec
+    if mapping is not None and hasattr(model, "for_rank") and hasattr(draft_spec, "for_rank"):
+        try:
+            target, draft = model.for_rank(mapping), draft_spec.for_rank(mapping)
+        except ConfigError as exc:
+            raise ConfigError(f"--tp (the draft model's {exc.field})", exc.value, exc.limit) from None
+    target_cfg, draft_cfg = split_draft_budget(cfg, target, draft, free_memory_bytes=free)
     out["draft_split"] = {"draft_model": args.draft_model, "total_bytes": total_budget_bytes(cfg, free),
                           "target_bytes": target_cfg.max_gpu_total_bytes, "draft_bytes": draft_cfg.max_gpu_total_bytes}
     return draft_spec, target_cfg, draft_cfg
@@ -208,6 +235,7 @@ class _OldVersionFlag(argparse.Action):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = _HelpWithDefaults
+    p.allow_abbrev = False   # a prefix must not stand for another option (``--tp 8`` is not ``--tpb 8``)
     p.description = ("Size a model's KV cache the way an engine does at start-up, on paper (no GPU, no weights): "
                      "budget, pools per layer group, tokens, requests that fit, and the CUDA-graph warmup plan.")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded config ({', '.join(embedded_models())}) or a "
@@ -236,6 +264,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "target's split one budget (default: none)")
     p.add_argument("--two-model", action="store_true", help="two-model speculation: warm up draft length 0 too (default: off)")
     p.add_argument("--tpb", type=int, default=None, help="tokens per block (default: 32; 128 for DeepSeek-V4)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs a pipeline stage: each rank keeps "
+                   "ceil(KV heads / tp) heads (an MLA latent whole); the plan is one rank's, and the deployment's")
+    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages: each keeps its run of layers")
+    p.add_argument("--attention-dp", action="store_true", help="attention data parallelism: each of the --tp ranks "
+                   "runs attention for its own requests with every head, its own pool (default: off)")
     p.add_argument("--dtype", default="bfloat16", help="KV cache dtype (auto: each layer's own)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (for machines) instead of text (default: off)")
 

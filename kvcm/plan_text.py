@@ -56,13 +56,17 @@ def concurrency_words(m: dict, result: dict) -> str:
 
 
 def verdict(m: dict, result: dict) -> str:
-    v = m["kvcm_version"].upper()
+    v = m["kvcm_version"].upper() + (" per rank" if "deployment" in m else "")
     if "error" in m:
         return f"{v}: does not fit: {m['error']}"
     f = m["final"]
     draft = f" (+ draft model's {size(m['draft']['pool_bytes'])})" if "draft" in m else ""
-    return (f"{v}: KV cache {size(f['pool_bytes'])}{draft} = {f['max_tokens']:,} tokens at "
+    line = (f"{v}: KV cache {size(f['pool_bytes'])}{draft} = {f['max_tokens']:,} tokens at "
             f"S={result['max_seq_len']:,}: {concurrency_words(m, result)}; {warmup_fit(m)}")
+    if "deployment" not in m:
+        return line
+    from .plan_parallel import verdict_line
+    return line + "\n" + verdict_line(m, result)
 
 
 def draft_lines(result: dict) -> list[str]:
@@ -104,6 +108,9 @@ def assumptions(result: dict) -> list[str]:
                  f"[-S], N={result['max_num_tokens']:,} tokens a step [-N],")
     lines.append(f"  D={result['max_draft_len']} draft tokens a request [-D], "
                  f"E={result.get('num_extra_kv_tokens', 0)} extra KV tokens a request [-E]")
+    if "parallel" in result:
+        from .plan_parallel import assumption_lines
+        lines += assumption_lines(result)
     if "block_reuse" in result:
         from .reuse.plan import plan_lines
         lines += plan_lines(result["block_reuse"])
@@ -152,7 +159,10 @@ def version_lines(m: dict, result: dict) -> list[str]:
     if "error" in m:
         return lines + [f"  {m['error']}"]
     short = 1 + result["max_draft_len"] + result.get("num_extra_kv_tokens", 0)
-    lines += cache_lines("final cache", m["final"], short)
+    if "stages" in m:
+        from .plan_parallel import stage_lines
+        lines += stage_lines(m, result)
+    lines += cache_lines("final cache" + (" (one rank of stage 0)" if "stages" in m else ""), m["final"], short)
     est, final = dict(m["estimation"]), dict(m["final"])
     same = {k: v for k, v in est.items() if k != "typical_step"} == {k: v for k, v in final.items()
                                                                        if k != "typical_step"}

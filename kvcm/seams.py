@@ -104,6 +104,29 @@ def prefill_start(prepopulated: int, num_tokens: int) -> int:
     return prepopulated
 
 
+# ---- parallel deployments (kvcm/parallel.py) ---------------------------------------------------------------------
+@seam("KV heads one rank keeps of a layer's num_kv_heads over attn_tp attention-TP ranks: rounded up, so heads are "
+      "replicated when there are fewer than ranks (TensorRT-LLM resource_manager.py KVCacheManager.__init__: "
+      "(num_kv_heads + tp_size - 1) // tp_size; PR #3002 fixed a kv_head_num of 0 when the ranks outnumbered the "
+      "KV heads of an MQA model)")
+def kv_heads_per_rank(num_kv_heads: int, attn_tp: int) -> int:
+    return -(-num_kv_heads // attn_tp)
+
+
+@seam("how many ways one latent entry (MLA's kv_lora_rank + rope, every DeepSeek-V4 role) is split over attention-TP "
+      "ranks: none, every rank stores all of it (TensorRT-LLM _util.py builds the MLA cache with num_kv_heads=1; "
+      "tenstorrent/tt-xla #5861 budgeted the replicated latent as sharded, a tp_size-fold over-commit)")
+def latent_ways(attn_tp: int) -> int:
+    return 1
+
+
+@seam("the tokens each rank's V1 pool is sized for, given what each rank's own budget holds: the fewest, on every "
+      "rank (TensorRT-LLM calculate_max_num_blocks allreduces max_tokens with MIN; PR #4007 made AutoDeploy's "
+      "ranks agree on one KV cache size after ranks had sized theirs apart)")
+def rank_tokens(own_tokens: list) -> list:
+    return [min(own_tokens)] * len(own_tokens)
+
+
 # ---- start-up check (kvcm/startup.py) ----------------------------------------------------------------------------
 @seam("the pages of a pool that a request can be given: all of them less those the engine holds back from every "
       "request (vLLM PR #47272: the start-up check counted the null block as usable, so a pool of exactly "

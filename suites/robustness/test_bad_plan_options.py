@@ -33,6 +33,14 @@ CASES = [
     ("max_gpu_total_gib_zero", ["--max-gpu-total-gib", "0"], "--max-gpu-total-gib=0.0 is invalid"),
     ("dtype_unknown", ["--dtype", "int4"], "--dtype (dtype)='int4' is invalid: one of"),
     ("model_unknown", ["--model", "nope"], "--model 'nope': is neither a file nor an embedded config"),
+    ("tp_zero", ["--tp", "0"], "--tp=0 is invalid: must be >= 1"),
+    ("pp_negative", ["--pp", "-1"], "--pp=-1 is invalid: must be >= 1"),
+    ("tp_not_dividing_heads", ["--tp", "3"], "--tp=3 is invalid: must divide the model's 16 attention heads"),
+    ("pp_past_layers", ["--pp", "29"], "--pp=29 is invalid: must be <= the model's 28 layers"),
+    ("tp_past_heads_v4", ["--model", "deepseek-v4-flash", "--tp", "128"],
+     "--tp=128 is invalid: must divide the model's 64 attention heads"),
+    ("draft_with_pp", ["--draft-model", "qwen3-0.6b", "--pp", "2"],
+     "--draft-model='qwen3-0.6b' is invalid: is planned with --tp and --attention-dp, not with --pp"),
     ("v1_on_deepseek", ["--model", "deepseek-v4-flash", "--kvcm-version", "v1"], "DeepSeek-V4 is planned by V2 only"),
 ]
 
