@@ -12,9 +12,20 @@ import argparse
 import sys
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line on stderr and exit status 2, as in ``kvcm plan``; a prefix is not an option
+    (``--res`` is not ``--results``); ``--help`` still prints the usage."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _sensitivity_parser(prog: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description="Run a lane once per registered defect; fail if one is "
-                                 "missed.")
+    ap = OneLineParser(prog=prog, description="Run a lane once per registered defect; fail if one is missed.")
     ap.add_argument("--lane", default="l0_cpu", help="the lane (ci/LANE.yml) to run (default: l0_cpu)")
     ap.add_argument("--defect", action="append", default=None,
                     help="only these defects (repeatable; default: every registered one)")
@@ -36,10 +47,10 @@ def main(argv: list[str] | None = None, prog: str = "pytest-kvcm") -> int:
     commands = {"sensitivity": "run the lane once per registered defect; fail if one is missed",
                 "dashboard": "render the accuracy dashboard from the results store"}
     if not argv or argv[0] not in commands:
-        ap = argparse.ArgumentParser(prog=prog, description="The pytest plugin's own tools: 'sensitivity' runs a "
+        ap = OneLineParser(prog=prog, description="The pytest plugin's own tools: 'sensitivity' runs a "
                                      "lane once clean and once per registered defect and fails if one goes "
                                      "uncaught; 'dashboard' renders the results store as one HTML file.")
-        sub = ap.add_subparsers(dest="command", required=True)
+        sub = ap.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
         for name, text in commands.items():
             sub.add_parser(name, help=text, add_help=False)
         ap.parse_args(argv)  # prints help or the usage error and exits
