@@ -26,7 +26,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _sensitivity_parser(prog: str) -> argparse.ArgumentParser:
     ap = OneLineParser(prog=prog, description="Run a lane once per registered defect; fail if one is missed.")
-    ap.add_argument("--lane", default="l0_cpu", help="the lane (ci/LANE.yml) to run (default: l0_cpu)")
+    ap.add_argument("--lane", default=None, help="the lane (ci/LANE.yml) to run; checked before any run (default: "
+                    "l0_cpu, needed only by full mode and defects that name no catchers)")
     ap.add_argument("--defect", action="append", default=None,
                     help="only these defects (repeatable; default: every registered one)")
     ap.add_argument("--target", default=None, metavar="NAMES",
@@ -38,7 +39,9 @@ def _sensitivity_parser(prog: str) -> argparse.ArgumentParser:
                     help="fast: each defect runs the tests it names as catchers (a defect naming none runs the "
                          "lane); full: the whole lane per defect, also reporting unnamed catchers (default: fast)")
     ap.add_argument("--min-catchers", type=int, default=2,
-                    help="tests that must fail for a defect to count as caught (default: 2)")
+                    help="tests that must fail for a defect to count as caught, >= 1 (default: 2)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="pytest runs at once, >= 1 (default: $KVCM_SENSITIVITY_JOBS, else 1)")
     return ap
 
 
@@ -62,7 +65,21 @@ def main(argv: list[str] | None = None, prog: str = "pytest-kvcm") -> int:
         return dashboard_main(rest, prog=f"{prog} dashboard")
     from .sensitivity import main as sensitivity_main
 
-    return sensitivity_main(_sensitivity_parser(f"{prog} sensitivity").parse_args(rest))
+    return sensitivity_main(_sensitivity_parser(f"{prog} sensitivity").parse_args(_joined(rest, "--pytest-args")))
+
+
+def _joined(argv: list[str], option: str) -> list[str]:
+    """``OPTION VALUE`` as ``OPTION=VALUE``: argparse reads a value that starts with '-' (``--pytest-args -x``,
+    ``--pytest-args "-m 'not slow'"``) as an option and fails with "expected one argument"."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == option and i + 1 < len(argv):
+            out.append(f"{option}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import sqlite3
 import sys
 import time
@@ -22,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from .paths import output_problem
 from .results import COLUMNS, DEFAULT_PATH, store_problem
 
 VERSIONS = ("v1", "v2")
@@ -334,32 +334,11 @@ def render_html(rows: list[dict], *, title: str = "kvcm results", source: str = 
 """
 
 
-def out_problem(out: Path) -> str | None:
-    """Why the dashboard cannot be written to ``out``, found before the store is read; None when it can."""
-    if str(out) in ("", "."):
-        return "is empty; give an HTML file's path"
-    if out.is_dir():
-        return "is a directory; give an HTML file's path"
-    if out.exists():
-        try:
-            with open(out, "r+b"):
-                pass
-        except OSError as e:
-            return f"cannot be written ({e.strerror or e})"
-        return None
-    parent = next((p for p in out.parents if p.exists()), Path("."))
-    if not parent.is_dir():
-        return f"cannot be created: {parent} is a file, not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"cannot be created: {parent} is not a writable directory"
-    return None
-
-
 def render_dashboard(store_path: str | Path, out_html: str | Path, *, title: str = "kvcm results") -> Path:
     """Render ``store_path`` to ``out_html``; returns the output path. ``StoreError`` (before any work) for an
     output path that cannot be written, a store that cannot be read or a row that does not hold numbers."""
     out = Path(out_html)
-    problem = out_problem(out)
+    problem = output_problem(out)
     if problem:
         raise StoreError(f"--out {out_html}: {problem}")
     rows = load_rows(store_path)
