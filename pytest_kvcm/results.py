@@ -85,6 +85,12 @@ def store_problem(path: Path, *, write: bool) -> str | None:
         return None if write else "is empty (no results recorded)"
     if head != SQLITE_HEADER:
         return f"exists but is not an SQLite database (first bytes {head[:8]!r})"
+    if write:
+        try:
+            with tempfile.TemporaryFile(dir=path.parent):
+                pass
+        except OSError as e:
+            return f"its directory {path.parent} is not writable (SQLite keeps its WAL file there: {e.strerror or e})"
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
         try:
@@ -100,12 +106,6 @@ def store_problem(path: Path, *, write: bool) -> str | None:
     if missing:
         return (f"has a results table without the column(s) {', '.join(missing)}: not a kvcm results store "
                 "(or one from another tool)")
-    if write:
-        try:
-            with tempfile.TemporaryFile(dir=path.parent):
-                pass
-        except OSError as e:
-            return f"its directory {path.parent} is not writable (SQLite keeps its WAL file there: {e.strerror or e})"
     return None
 
 
