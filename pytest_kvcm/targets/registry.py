@@ -63,9 +63,18 @@ def _where(impl) -> str:
     return f"pytest_kvcm_register_targets of plugin {impl.plugin_name!r}{place}"
 
 
+def _show(value, width: int = 80) -> str:
+    """``repr`` cut to ``width``; a user's object whose ``__repr__`` raises is shown by its type."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the error being reported
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def _bad_name(name) -> str | None:
     if not isinstance(name, str):
-        return f"a target name must be a string, not {type(name).__name__} ({name!r})"
+        return f"a target name must be a string, not {type(name).__name__} ({_show(name)})"
     if not name or name != name.strip() or any(c in name for c in ", \t\n") or name == "all":
         return (f"target name {name!r} cannot be given to --kvcm-target (names are comma-separated, without spaces, "
                 "and 'all' means every target)")
@@ -76,7 +85,7 @@ def _check_hook(impl, result, registry: dict, before: dict) -> None:
     """What one hook call left behind: a usage error naming the hook for the first thing wrong with it."""
     where = _where(impl)
     if result is not None and result is not registry:
-        raise pytest.UsageError(f"{where} returned {type(result).__name__} {result!r:.80}; it adds targets to "
+        raise pytest.UsageError(f"{where} returned {type(result).__name__} {_show(result)}; it adds targets to "
                                 "registry (registry['name'] = factory) and returns None")
     removed = [n for n in before if n not in registry]
     if removed:
@@ -88,7 +97,7 @@ def _check_hook(impl, result, registry: dict, before: dict) -> None:
         problem = _bad_name(name)
         if problem is None and not callable(factory):
             problem = (f"target {name!r}: the factory must be callable (PoolSpec -> KVCacheTarget), not "
-                       f"{type(factory).__name__} ({factory!r:.60})")
+                       f"{type(factory).__name__} ({_show(factory, 60)})")
         if problem:
             raise pytest.UsageError(f"{where}: {problem}")
 
