@@ -338,7 +338,7 @@ def render_dashboard(store_path: str | Path, out_html: str | Path, *, title: str
     """Render ``store_path`` to ``out_html``; returns the output path. ``StoreError`` (before any work) for an
     output path that cannot be written, a store that cannot be read or a row that does not hold numbers."""
     out = Path(out_html)
-    problem = output_problem(out)
+    problem = output_problem(out_html)
     if problem:
         raise StoreError(f"--out {out_html}: {problem}")
     rows = load_rows(store_path)

@@ -11,10 +11,11 @@ import os
 from pathlib import Path
 
 
-def output_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be written (created or replaced), or None when it can."""
-    if str(path) in ("", "."):
+def output_problem(given: str | Path) -> str | None:
+    """Why ``given`` cannot be written (created or replaced), or None when it can."""
+    if str(given).strip() == "":
         return "is empty; give a file's path"
+    path = Path(given)
     if path.is_dir():
         return "is a directory; give a file's path"
     if path.exists():

@@ -93,7 +93,7 @@ def check_inputs(args) -> tuple[list[str], int]:
     if jobs < 1:
         raise InputError(f"{source}={jobs}: must be >= 1 (pytest runs at once)")
     if args.json:
-        problem = output_problem(Path(args.json))
+        problem = output_problem(args.json)
         if problem:
             raise InputError(f"--json {args.json}: {problem}")
     return extra, jobs
