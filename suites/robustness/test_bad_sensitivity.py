@@ -85,7 +85,8 @@ CASES = [  # (case id, arguments, environment, a fragment of the one line)
 
 @pytest.mark.parametrize("args, env, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_stops_before_the_first_run(project, args, env, fragment):
-    proc = _sensitivity(project, args, env)
+    only = [] if "--defect" in args else ["--defect", "off-by-one"]  # had the check missed, two short runs
+    proc = _sensitivity(project, [*args, *only], env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout == "" and "runs of lane" not in proc.stderr  # no run started
     assert proc.stderr.startswith("kvcm sensitivity: ") and proc.stderr.count("\n") == 1, proc.stderr
