@@ -1,13 +1,18 @@
 """A pool of fixed-size pages for one layer group: O(1) allocate and release, optional real torch storage.
 
 Free pages are a stack plus a never-used high-water mark, so building a pool of a million pages costs nothing
-and every operation is independent of the pool's size. With a device, the pages live in one uint8 tensor
+and every operation is independent of the pool's size. The in-use flags grow with the high-water mark (doubling
+past ``FLAGS_CHUNK``), not with the pool, so a meta pool's cost never grows with the budget a user types:
+``kvcm plan --max-tokens 1e15`` builds its pools as fast as ``--max-tokens 1000``. With a device, the pages live in one uint8 tensor
 ``[num_blocks, bytes_per_block]`` that layers view in their own dtype.
 """
 
 from __future__ import annotations
 
 import torch
+
+FLAGS_CHUNK = 1 << 16
+"""In-use flags held from the start; a pool of at most this many pages has all of its flags at once."""
 
 
 class BlockPool:
@@ -17,7 +22,7 @@ class BlockPool:
         self.device = torch.device(device)
         self._free: list[int] = []
         self._fresh = 0
-        self._used = bytearray(self.num_blocks)
+        self._used = bytearray(min(self.num_blocks, FLAGS_CHUNK))  # pages below the high-water mark
         self.num_reusable = 0       # cached pages nobody holds, kept out of the free list by a reuse cache
         self.evict = None           # the reuse cache's ``evict(n)``: puts n cached pages back in the free list
         self.peak_held = 0          # most pages held by requests at once (``kvcm.engine.page_usage`` resets it)
@@ -55,6 +60,8 @@ class BlockPool:
             else:
                 block = self._fresh
                 self._fresh += 1
+                if block == len(self._used):
+                    self._used.extend(bytes(min(len(self._used), self.num_blocks - block)))
             self._used[block] = 1
             out.append(block)
         held = self.num_used - self.num_reusable
@@ -66,13 +73,13 @@ class BlockPool:
         for block in blocks:
             if block < 0:
                 continue
-            if not self._used[block]:
+            if block >= self._fresh or not self._used[block]:
                 raise RuntimeError(f"block {block} released twice")
             self._used[block] = 0
             self._free.append(block)
 
     def is_used(self, block: int) -> bool:
-        return bool(self._used[block])
+        return 0 <= block < self._fresh and bool(self._used[block])
 
     def push_free(self, block: int) -> None:
         """Put one page back without the double-release check (``kvcm.seams.release_block`` makes it)."""

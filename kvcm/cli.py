@@ -21,6 +21,14 @@ def _plugin_command(argv: list[str]) -> int:
     return plugin_main(argv, prog="kvcm")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with this CLI's convention for bad input: one line on stderr, exit status 2 (argparse prints
+    its usage block first, a dozen lines for ``kvcm plan``; ``--help`` still shows it)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PLUGIN_COMMANDS:
@@ -29,13 +37,19 @@ def main(argv=None) -> int:
     argv = [a for a in argv if a != "--debug"]
     from . import plan
 
-    parser = argparse.ArgumentParser(prog="kvcm", description=DESCRIPTION)
+    # allow_abbrev=False: a prefix is not an option (``--tp 8`` once planned ``--tpb 8`` without a word)
+    parser = OneLineParser(prog="kvcm", description=DESCRIPTION, allow_abbrev=False)
     parser.add_argument("--debug", action="store_true", help="on an error, show the Python traceback too (default: off)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    plan.add_arguments(sub.add_parser("plan", help="size a model's KV cache: pools, constraints, warmup plan"))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    plan.add_arguments(sub.add_parser("plan", help="size a model's KV cache: pools, constraints, warmup plan",
+                                      allow_abbrev=False))
     for name in PLUGIN_COMMANDS:
         sub.add_parser(name, help=f"alias of `pytest-kvcm {name}` (see `kvcm {name} --help`)", add_help=False)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        print(f"kvcm {args.command}: unrecognized arguments: {' '.join(unknown)} (see kvcm {args.command} --help)",
+              file=sys.stderr)
+        return 2
     try:
         return plan.main(args)
     except Exception as exc:  # one line for the user; --debug keeps the traceback

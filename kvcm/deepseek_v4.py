@@ -25,7 +25,7 @@ from .errors import ConfigError
 from .limits import Limits
 from .manager_v2 import KVCacheManagerV2
 from .model_spec import LayerSpec, ModelSpec, PositiveInt
-from .validation import _integer, config_dataclass
+from .validation import MAX_LAYERS, MAX_LAYERS_WHY, _integer, config_dataclass
 
 
 def _flash_compress_ratios() -> tuple[int, ...]:
@@ -41,8 +41,8 @@ class DeepseekV4Spec:
     """The cache-relevant shape of a DeepSeek-V4 model; defaults are DeepSeek-V4-Flash's published config
     (transformers' ``DeepseekV4Config``: 43 layers, one 512-wide latent KV head, window 128, indexer head 128)."""
 
-    compress_ratios: Annotated[tuple[Ratio, ...], Field(min_length=1)] = Field(
-        default_factory=_flash_compress_ratios, description="each ratio must be one of 1, 4, 128")
+    compress_ratios: Annotated[tuple[Ratio, ...], Field(min_length=1, max_length=MAX_LAYERS)] = Field(
+        default_factory=_flash_compress_ratios, description=f"1 to {MAX_LAYERS} layers, each ratio one of 1, 4, 128")
     window_size: PositiveInt = 128
     head_dim: PositiveInt = 512
     index_head_dim: PositiveInt = 128
@@ -71,6 +71,9 @@ class DeepseekV4Spec:
         """Per cached layer its ratio: with drafts, ``D - 1`` MTP layers that repeat the last layer's ratio are
         cached too (TensorRT-LLM's ``DeepseekV4CacheManager.__init__``)."""
         extra = max(0, max_draft_len - 1)
+        if len(self.compress_ratios) + extra > MAX_LAYERS:
+            raise ConfigError("max_draft_len", max_draft_len, f"caches D - 1 MTP layers beside the model's "
+                              f"{len(self.compress_ratios)}, at most {MAX_LAYERS} in all ({MAX_LAYERS_WHY})")
         return self.compress_ratios + (self.compress_ratios[-1],) * extra
 
     @staticmethod

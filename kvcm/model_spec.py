@@ -10,7 +10,7 @@ from pydantic import BeforeValidator, Field, Strict
 
 from .config import dtype_bytes, resolve_dtype
 from .errors import ConfigError
-from .validation import Int, config_dataclass, count
+from .validation import MAX_LAYERS, MAX_LAYERS_WHY, Int, config_dataclass, count
 
 
 def _layer_dtype(value) -> torch.dtype:
@@ -118,8 +118,7 @@ class ModelSpec:
     @classmethod
     def uniform(cls, num_layers: int, num_kv_heads: int, head_dim: int, dtype="bfloat16", sliding_window=None,
                 name: str = "uniform") -> "ModelSpec":
-        if num_layers < 1:
-            raise ConfigError("num_layers", num_layers, "must be >= 1")
+        num_layers = count("num_layers", num_layers, 1, MAX_LAYERS, MAX_LAYERS_WHY)
         layer = LayerSpec(num_kv_heads, head_dim, dtype, sliding_window)
         return cls(tuple(replace(layer, model_layer=i) for i in range(num_layers)), name=name)
 
@@ -140,7 +139,7 @@ class ModelSpec:
         for key in required:
             if cfg.get(key) is None:
                 raise ConfigError(key, None, "is required in the model config")
-        n = count("num_hidden_layers", cfg["num_hidden_layers"], 1)
+        n = count("num_hidden_layers", cfg["num_hidden_layers"], 1, MAX_LAYERS, MAX_LAYERS_WHY)
         heads = count("num_attention_heads", cfg["num_attention_heads"], 1)
         kv_heads = count("num_key_value_heads", cfg.get("num_key_value_heads") or heads, 1)
         head_dim = cfg.get("head_dim") or count("hidden_size", cfg["hidden_size"], 1) // heads

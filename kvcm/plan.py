@@ -20,17 +20,27 @@ from .units import ceil_div
 DEFAULT_MODEL = "qwen3-0.6b"
 DEFAULT_FREE_GIB = 80.0
 GiB = 2**30
+MAX_GIB = float(2**20)
+"""The most device memory ``--free-gib`` and ``--max-gpu-total-gib`` take: 1 PiB, over a thousand times any
+accelerator's; past it a typo (``1e12``, ``1e300``) is refused instead of planned (or overflowing)."""
 
 
-def load_model(name: str):
-    """An embedded config name, or a path to a ``config.json``; a bad name exits with one line naming the choices."""
+def load_model(name: str, option: str = "--model"):
+    """An embedded config name, or a path to a ``config.json``; a bad name or a bad config exits with one line
+    that names the option it came from (``--model`` or ``--draft-model``)."""
     from .errors import ConfigError
 
     try:
         load_config(name)
     except ConfigError as exc:
-        raise SystemExit(f"kvcm plan: --model {name!r}: {exc.limit}") from None
-    return load_spec(name)
+        raise SystemExit(f"kvcm plan: {option} {name!r}: {exc.limit}") from None
+    try:
+        return load_spec(name)
+    except ConfigError as exc:
+        raise SystemExit(f"kvcm plan: {option} {name!r}: {exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:  # a field of an unexpected type deep in the config
+        raise SystemExit(f"kvcm plan: {option} {name!r}: the config cannot be read ({type(exc).__name__}: {exc})"
+                         ) from None
 
 
 def is_deepseek_v4(model) -> bool:
@@ -63,7 +73,8 @@ def plan(args, progress: bool | None = None) -> dict:
                          "sliding-window groups need V2's layer groups); use --kvcm-version v2")
     tpb = args.tpb if args.tpb is not None else 128 if deepseek else 32
     cfg = cache_config(tpb=tpb, max_tokens=args.max_tokens, dtype=args.dtype, fraction=args.fraction,
-                       max_gpu_total_bytes=None if args.max_gpu_total_gib is None else int(args.max_gpu_total_gib * GiB))
+                       max_gpu_total_bytes=None if args.max_gpu_total_gib is None else int(args.max_gpu_total_gib * GiB),
+                       enable_block_reuse=not args.no_block_reuse, enable_partial_reuse=not args.no_partial_reuse)
     versions = ["v1", "v2"] if args.kvcm_version == "both" and not deepseek else ["v2"] if deepseek else [
         args.kvcm_version]
     out = {"model": args.model, "free_memory_bytes": int(args.free_gib * GiB), "max_batch_size": args.max_batch_size,
@@ -124,6 +135,15 @@ def plan(args, progress: bool | None = None) -> dict:
     return out
 
 
+def _config_or_none(name: str) -> dict | None:
+    from .errors import ConfigError
+
+    try:
+        return load_config(name)
+    except ConfigError:
+        return None  # load_model reports the bad name
+
+
 def check_args(args):
     """Every numeric option against its limit before torch loads; ``ConfigError`` names the option. Returns the
     deployment's ``kvcm.Mapping`` (None for one GPU)."""
@@ -131,40 +151,101 @@ def check_args(args):
     from .errors import ConfigError
     from .plan_parallel import mapping_of
 
-    try:
-        config = load_config(args.model)
-    except ConfigError:
-        config = None  # load_model reports the bad name
-    positions = None if config is None else config.get("max_position_embeddings")
-    validation.finite("--free-gib", args.free_gib, 0, None, open_low=True)
+    config = _config_or_none(args.model)
+    positions = _positions(config)
+    validation.finite("--free-gib", args.free_gib, 0, MAX_GIB, open_low=True)
     if args.fraction is not None:
         validation.finite("--fraction", args.fraction, 0, 1, open_low=True, open_high=True)
     if args.max_gpu_total_gib is not None:
-        validation.finite("--max-gpu-total-gib", args.max_gpu_total_gib, 1 / GiB, None)
+        validation.finite("--max-gpu-total-gib", args.max_gpu_total_gib, 1 / GiB, MAX_GIB)
     validation.optional_count("--max-tokens", args.max_tokens, 1)
     validation.count("-B/--max-batch-size", args.max_batch_size, 1, validation.MAX_BATCH_SIZE, "kvcm.MAX_BATCH_SIZE")
     validation.count("-S/--max-seq-len", args.max_seq_len, 1, positions,
                      f"the model's max_position_embeddings" if positions else "")
     validation.count("-N/--max-num-tokens", args.max_num_tokens, 1)
-    validation.count("-D/--max-draft-len", args.max_draft_len, 0)
+    validation.count("-D/--max-draft-len", args.max_draft_len, 0, args.max_num_tokens - 1,
+                     f"-N - 1: a step verifying D drafts of one request computes 1 + D tokens, -N at most")
     validation.count("-E/--extra-kv-tokens", args.extra_kv_tokens, 0)
     if args.tpb is not None:
         validation.power_of_two("--tpb", args.tpb)
+    _check_layers("--model", args.model, config, args.max_draft_len)
+    if args.two_model and args.max_draft_len == 0:
+        raise ConfigError("--two-model", True, "needs -D/--max-draft-len >= 1: it warms up draft length 0 beside D, "
+                                               "and with -D 0 there is no draft length to add")
+    if args.draft_model:
+        _check_draft(args, config)
     return mapping_of(args, config)
+
+
+def _positions(config: dict | None) -> int | None:
+    value = (config or {}).get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def _is_deepseek_v4(config: dict | None) -> bool:
+    return (config or {}).get("model_type") == "deepseek_v4"
+
+
+def _check_layers(option: str, name: str, config: dict | None, max_draft_len: int) -> None:
+    """At most ``kvcm.MAX_LAYERS`` layers (a DeepSeek-V4 model's MTP layers included), read from the file before
+    torch loads: a config of millions of layers is refused at once instead of planned for minutes."""
+    from .errors import ConfigError
+    from .validation import MAX_LAYERS, MAX_LAYERS_WHY
+
+    if config is None:
+        return
+    if _is_deepseek_v4(config):
+        base = len(config.get("layer_types") or config.get("compress_ratios") or range(43))
+        if base + max(0, max_draft_len - 1) > MAX_LAYERS:
+            what = (f"-D/--max-draft-len", max_draft_len) if base <= MAX_LAYERS else (f"{option} {name!r}: layers", base)
+            raise ConfigError(what[0], what[1], f"{name} caches {base} layers plus D - 1 MTP layers, at most "
+                                                f"{MAX_LAYERS} in all ({MAX_LAYERS_WHY})")
+        return
+    layers = config.get("num_hidden_layers")
+    if isinstance(layers, int) and not isinstance(layers, bool) and layers > MAX_LAYERS:
+        raise ConfigError(f"{option} {name!r}: num_hidden_layers", layers, f"must be <= {MAX_LAYERS} ({MAX_LAYERS_WHY})")
+
+
+def _check_draft(args, target: dict | None) -> None:
+    """``--draft-model`` against the target and the limits: two models only for ordinary attention, at least one
+    draft token a step, and the draft's positions must hold a request with its drafts (``-S + -D``)."""
+    from .errors import ConfigError
+
+    try:
+        draft = load_config(args.draft_model)
+    except ConfigError as exc:
+        raise SystemExit(f"kvcm plan: --draft-model {args.draft_model!r}: {exc.limit}") from None
+    if _is_deepseek_v4(target) or _is_deepseek_v4(draft):
+        which = args.model if _is_deepseek_v4(target) else args.draft_model
+        raise ConfigError("--draft-model", args.draft_model,
+                          f"DeepSeek-V4 ({which}) is not planned with a separate draft model: it drafts with its own "
+                          "MTP layers, cached in its own pools (plan them with -D, without --draft-model)")
+    if args.max_draft_len == 0:
+        raise ConfigError("--draft-model", args.draft_model, "needs -D/--max-draft-len >= 1 (the draft tokens it "
+                                                             "proposes a step); with -D 0 it never runs")
+    _check_layers("--draft-model", args.draft_model, draft, args.max_draft_len)
+    positions = _positions(draft)
+    if positions is not None and args.max_seq_len + args.max_draft_len > positions:
+        raise ConfigError("-S/--max-seq-len", args.max_seq_len,
+                          f"must be <= {positions - args.max_draft_len} with -D {args.max_draft_len}: the draft model "
+                          f"(--draft-model {args.draft_model}) holds a request and its drafts in max_position_embeddings="
+                          f"{positions} positions")
 
 
 _OPTION_OF_FIELD = {"tokens_per_block": "--tpb", "max_tokens": "--max-tokens", "dtype": "--dtype",
                     "free_gpu_memory_fraction": "--fraction", "max_gpu_total_bytes": "--max-gpu-total-gib"}
 
 
-def cache_config(*, tpb, max_tokens, max_gpu_total_bytes, fraction, dtype):
+def cache_config(*, tpb, max_tokens, max_gpu_total_bytes, fraction, dtype, enable_block_reuse=True,
+                 enable_partial_reuse=True):
     """The ``KvCacheConfig`` of the options; a bad value's error names the option it came from."""
     from .config import KvCacheConfig
     from .errors import ConfigError
 
     try:
         return KvCacheConfig(tokens_per_block=tpb, max_tokens=max_tokens, max_gpu_total_bytes=max_gpu_total_bytes,
-                             free_gpu_memory_fraction=fraction, dtype=dtype)
+                             free_gpu_memory_fraction=fraction, dtype=dtype, enable_block_reuse=enable_block_reuse,
+                             enable_partial_reuse=enable_partial_reuse)
     except ConfigError as exc:
         option = _OPTION_OF_FIELD.get(exc.field)
         raise ConfigError(f"{option} ({exc.field})" if option else exc.field, exc.value, exc.limit) from None
@@ -179,7 +260,7 @@ def _draft_split(args, model, cfg, out, mapping=None):
     from .draft_budget import split_draft_budget, total_budget_bytes
     from .errors import ConfigError
 
-    draft_spec = load_model(args.draft_model)
+    draft_spec = load_model(args.draft_model, "--draft-model")
     free = int(args.free_gib * GiB)
     target, draft = model, draft_spec
     if mapping is not None and hasattr(model, "for_rank") and hasattr(draft_spec, "for_rank"):
@@ -270,6 +351,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention-dp", action="store_true", help="attention data parallelism: each of the --tp ranks "
                    "runs attention for its own requests with every head, its own pool (default: off)")
     p.add_argument("--dtype", default="bfloat16", help="KV cache dtype (auto: each layer's own)")
+    p.add_argument("--no-block-reuse", action="store_true",
+                   help="block reuse (prefix caching) off: KvCacheConfig.enable_block_reuse=False; the pools are sized "
+                   "the same either way (default: off, so reuse is on)")
+    p.add_argument("--no-partial-reuse", action="store_true",
+                   help="reuse whole blocks only: KvCacheConfig.enable_partial_reuse=False (default: off, so a partly "
+                   "matched block is reused too)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (for machines) instead of text (default: off)")
 
 

@@ -29,6 +29,11 @@ MAX_BATCH_SIZE = 1 << 16
 """The largest ``max_batch_size`` a manager accepts: constraints and warmup hold one entry per request, so a
 batch size far beyond any engine's (TensorRT-LLM defaults to 2048) would take minutes before failing."""
 
+MAX_LAYERS = 1 << 10
+"""The most layers a model may have: specs, groups and pools hold one entry per layer, so a config of millions
+of layers took minutes before answering; the deepest published LLMs have under 200."""
+MAX_LAYERS_WHY = "kvcm.MAX_LAYERS: specs hold one entry a layer; published models have under 200"
+
 
 def _as_int(field: str, value) -> int:
     """An integer-like value (``int``, numpy/torch integer scalars) as ``int``; bools, floats and strings are not."""

@@ -12,10 +12,22 @@ import argparse
 import sys
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line on stderr and exit status 2, as in ``kvcm plan``; a prefix is not an option
+    (``--res`` is not ``--results``); ``--help`` still prints the usage."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _sensitivity_parser(prog: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description="Run a lane once per registered defect; fail if one is "
-                                 "missed.")
-    ap.add_argument("--lane", default="l0_cpu", help="the lane (ci/LANE.yml) to run (default: l0_cpu)")
+    ap = OneLineParser(prog=prog, description="Run a lane once per registered defect; fail if one is missed.")
+    ap.add_argument("--lane", default=None, help="the lane (ci/LANE.yml) to run; checked before any run (default: "
+                    "l0_cpu, needed only by full mode and defects that name no catchers)")
     ap.add_argument("--defect", action="append", default=None,
                     help="only these defects (repeatable; default: every registered one)")
     ap.add_argument("--target", default=None, metavar="NAMES",
@@ -27,7 +39,9 @@ def _sensitivity_parser(prog: str) -> argparse.ArgumentParser:
                     help="fast: each defect runs the tests it names as catchers (a defect naming none runs the "
                          "lane); full: the whole lane per defect, also reporting unnamed catchers (default: fast)")
     ap.add_argument("--min-catchers", type=int, default=2,
-                    help="tests that must fail for a defect to count as caught (default: 2)")
+                    help="tests that must fail for a defect to count as caught, >= 1 (default: 2)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="pytest runs at once, >= 1 (default: $KVCM_SENSITIVITY_JOBS, else 1)")
     return ap
 
 
@@ -36,10 +50,10 @@ def main(argv: list[str] | None = None, prog: str = "pytest-kvcm") -> int:
     commands = {"sensitivity": "run the lane once per registered defect; fail if one is missed",
                 "dashboard": "render the accuracy dashboard from the results store"}
     if not argv or argv[0] not in commands:
-        ap = argparse.ArgumentParser(prog=prog, description="The pytest plugin's own tools: 'sensitivity' runs a "
+        ap = OneLineParser(prog=prog, description="The pytest plugin's own tools: 'sensitivity' runs a "
                                      "lane once clean and once per registered defect and fails if one goes "
                                      "uncaught; 'dashboard' renders the results store as one HTML file.")
-        sub = ap.add_subparsers(dest="command", required=True)
+        sub = ap.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
         for name, text in commands.items():
             sub.add_parser(name, help=text, add_help=False)
         ap.parse_args(argv)  # prints help or the usage error and exits
@@ -51,7 +65,21 @@ def main(argv: list[str] | None = None, prog: str = "pytest-kvcm") -> int:
         return dashboard_main(rest, prog=f"{prog} dashboard")
     from .sensitivity import main as sensitivity_main
 
-    return sensitivity_main(_sensitivity_parser(f"{prog} sensitivity").parse_args(rest))
+    return sensitivity_main(_sensitivity_parser(f"{prog} sensitivity").parse_args(_joined(rest, "--pytest-args")))
+
+
+def _joined(argv: list[str], option: str) -> list[str]:
+    """``OPTION VALUE`` as ``OPTION=VALUE``: argparse reads a value that starts with '-' (``--pytest-args -x``,
+    ``--pytest-args "-m 'not slow'"``) as an option and fails with "expected one argument"."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == option and i + 1 < len(argv):
+            out.append(f"{option}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 if __name__ == "__main__":

@@ -11,9 +11,9 @@ block or run as markup.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
+import math
 import sqlite3
 import sys
 import time
@@ -21,7 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from .results import COLUMNS, DEFAULT_PATH
+from .paths import output_problem
+from .results import COLUMNS, DEFAULT_PATH, store_problem
 
 VERSIONS = ("v1", "v2")
 COLORS = {"v1": "#2563eb", "v2": "#ea580c", None: "#6b7280"}
@@ -31,11 +32,35 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+class StoreError(ValueError):
+    """A results store (or the dashboard's output path) that cannot be used: one line naming the path."""
+
+
 def load_rows(store_path: str | Path) -> list[dict[str, Any]]:
-    """All rows, oldest first, read-only (rendering never creates or changes a store)."""
+    """All rows, oldest first, read-only (rendering never creates or changes a store). A store that cannot be
+    read, or a row whose numbers are not numbers, is a ``StoreError`` naming the path (and the row)."""
     path = Path(store_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"results store {path} does not exist")
+    problem = store_problem(path, write=False)
+    if problem:
+        raise StoreError(f"results store {path}: {problem}")
+    try:
+        return _read_rows(path)
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"results store {path}: cannot be read ({e})") from None
+
+
+def _check_row(path: Path, r: dict) -> None:
+    for col, kinds in (("time", (int, float)), ("value", (int, float, type(None))),
+                       ("threshold", (int, float, type(None))), ("n", (int, type(None))),
+                       ("passed", (int, type(None)))):
+        v = r[col]
+        if not isinstance(v, kinds) or isinstance(v, float) and not math.isfinite(v):
+            raise StoreError(f"results store {path}: row id {r['id']} ({r['metric']!r}): {col}={v!r:.40} is not "
+                             f"{'a finite number' if float in kinds else 'an integer'}"
+                             + (" or NULL" if type(None) in kinds else ""))
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
         cur = con.execute(f"SELECT id, {', '.join(COLUMNS)} FROM results ORDER BY time, id")
@@ -44,9 +69,14 @@ def load_rows(store_path: str | Path) -> list[dict[str, Any]]:
     finally:
         con.close()
     for r in rows:
+        _check_row(path, r)
+        if not isinstance(r["metric"], str):
+            r["metric"] = str(r["metric"])
         try:
             r["extra"] = json.loads(r["extra"]) if r["extra"] else {}
-        except ValueError:
+        except (ValueError, TypeError):
+            r["extra"] = {"unparsed": r["extra"]}
+        if not isinstance(r["extra"], dict):
             r["extra"] = {"unparsed": r["extra"]}
         r["passed"] = None if r["passed"] is None else bool(r["passed"])
     return rows
@@ -305,23 +335,33 @@ def render_html(rows: list[dict], *, title: str = "kvcm results", source: str = 
 
 
 def render_dashboard(store_path: str | Path, out_html: str | Path, *, title: str = "kvcm results") -> Path:
-    """Render ``store_path`` to ``out_html``; returns the output path."""
-    rows = load_rows(store_path)
+    """Render ``store_path`` to ``out_html``; returns the output path. ``StoreError`` (before any work) for an
+    output path that cannot be written, a store that cannot be read or a row that does not hold numbers."""
     out = Path(out_html)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(rows, title=title, source=str(store_path)), encoding="utf-8")
+    problem = output_problem(out_html)
+    if problem:
+        raise StoreError(f"--out {out_html}: {problem}")
+    rows = load_rows(store_path)
+    text = render_html(rows, title=title, source=str(store_path))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as e:  # a read-only file system, a full disk: found only by writing
+        raise StoreError(f"--out {out_html}: cannot be written ({e.strerror or e})") from None
     return out
 
 
 def main(argv: list[str] | None = None, prog: str = "pytest-kvcm dashboard") -> int:
-    ap = argparse.ArgumentParser(prog=prog, description="Render a kvcm results store as one HTML file.")
+    from .cli import OneLineParser
+
+    ap = OneLineParser(prog=prog, description="Render a kvcm results store as one HTML file.")
     ap.add_argument("--results", default=DEFAULT_PATH, help=f"SQLite results store (default {DEFAULT_PATH})")
     ap.add_argument("--out", default="kvcm-dashboard.html", help="HTML file to write (default kvcm-dashboard.html)")
     ap.add_argument("--title", default="kvcm results", help="the page's title (default: kvcm results)")
     args = ap.parse_args(argv)
     try:
         out = render_dashboard(args.results, args.out, title=args.title)
-    except (FileNotFoundError, sqlite3.DatabaseError) as e:
+    except StoreError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
     print(f"wrote {out}")

@@ -131,6 +131,10 @@ _OVERRIDE_FIELDS = {
 }
 
 
+MAX_GPUS = 1024
+"""The most GPUs a simulated machine has: its facts hold one entry a GPU, so ``gpu_count: 1e9`` would stall."""
+
+
 def from_override(text: str, *, stage: str = "pre_merge", source: str = ENV_MACHINE) -> MachineInfo:
     """Build a simulated machine from a JSON object (inline or a file path); see the module docstring."""
     raw = text.strip()
@@ -151,7 +155,10 @@ def from_override(text: str, *, stage: str = "pre_merge", source: str = ENV_MACH
 
     names = data.get("gpu_names")
     if names is None:
-        count = int(data.get("gpu_count", 0))
+        count = data.get("gpu_count", 0)
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_GPUS:
+            raise pytest.UsageError(f"{source}: gpu_count={count!r} must be an integer in [0, {MAX_GPUS}] (one host's "
+                                    "GPUs; the largest hosts have 72)")
         names = [data.get("gpu_name", "Simulated GPU")] * count
     count = len(names)
     if "gpu_count" in data and int(data["gpu_count"]) != count:

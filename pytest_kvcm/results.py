@@ -16,10 +16,13 @@ turns the file off, JUnit properties stay). Fixture: ``kvcm_results.record(metri
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import socket
 import sqlite3
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -53,6 +56,69 @@ CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id);
 """
 BUSY_TIMEOUT_S = 30.0
 DEFAULT_PATH = ".kvcm/results.sqlite"
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def store_problem(path: Path, *, write: bool) -> str | None:
+    """What makes ``path`` unusable as a results store (to read, or to write when ``write``), or None.
+
+    Checked when a run or the dashboard starts, before any work: a directory, a file that is not SQLite or is
+    corrupt, one whose ``results`` table lacks this schema's columns, a read-only file (permissions, a read-only
+    file system, ``chattr +i``) or a directory where SQLite cannot create its WAL file. A missing file is fine to
+    write (it is created on first record) but not to read.
+    """
+    if path.is_dir():
+        return "is a directory; give the SQLite file's path"
+    if not path.exists():
+        if not write:
+            return "does not exist"
+        parent = next((p for p in path.parents if p.exists()), None)
+        if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
+            return f"cannot be created ({parent} is not a writable directory)"
+        return None
+    try:
+        with open(path, "r+b" if write else "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as e:
+        return f"cannot be opened{' for writing' if write else ''} ({e.strerror or e})"
+    if not head:
+        return None if write else "is empty (no results recorded)"
+    if head != SQLITE_HEADER:
+        return f"exists but is not an SQLite database (first bytes {head[:8]!r})"
+    if write:
+        try:
+            with tempfile.TemporaryFile(dir=path.parent):
+                pass
+        except OSError as e:
+            return f"its directory {path.parent} is not writable (SQLite keeps its WAL file there: {e.strerror or e})"
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            have = {r[1] for r in con.execute("PRAGMA table_info(results)")} if "results" in tables else None
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        return f"is not a readable SQLite database ({e})"
+    if have is None and not write:
+        return f"has no results table (tables: {', '.join(sorted(tables)) or 'none'})"
+    missing = [c for c in ("id", *COLUMNS) if have is not None and c not in have]
+    if missing:
+        return (f"has a results table without the column(s) {', '.join(missing)}: not a kvcm results store "
+                "(or one from another tool)")
+    return None
+
+
+def _number(field: str, value, metric: str) -> float | None:
+    """A finite real number or None; anything else names the record's field."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real) and not hasattr(value, "__float__"):
+        raise ValueError(f"record({metric!r}): {field}={value!r} must be a number or None, not {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"record({metric!r}): {field}={value!r} must be a finite number (None records no value)")
+    return number
 
 
 def _retry(fn, what: str, attempts: int = 50):
@@ -114,9 +180,8 @@ class ResultsStore:
             raise TypeError(f"record got unknown column(s) {sorted(unknown)}; columns are {COLUMNS}")
         row = {**self.defaults, "time": time.time(), **columns, "test_id": test_id, "model": model,
                "kvcm_version": kvcm_version, "metric": metric,
-               "value": None if value is None else float(value),
-               "threshold": None if threshold is None else float(threshold),
-               "n": None if n is None else int(n), "passed": None if passed is None else int(bool(passed)),
+               "value": _number("value", value, metric), "threshold": _number("threshold", threshold, metric),
+               "n": _count(n, metric), "passed": None if passed is None else int(bool(passed)),
                "extra": json.dumps(extra or {}, sort_keys=True, default=str)}
         sql = f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 
@@ -174,6 +239,14 @@ class ResultsStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _count(n, metric: str) -> int | None:
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise ValueError(f"record({metric!r}): n={n!r} must be an integer (the sample count) or None")
+    return int(n)
 
 
 def new_run_id() -> str:

@@ -13,7 +13,10 @@ The contract suites run on the managers ``--target`` names (``--kvcm-target`` of
 targets the defect names (``registry.register(..., targets=("mine",))``: a user's adapter bug is run against the
 user's adapter), else on the session's (the ``kvcm_target`` ini value, else kvcm's defaults).
 
-Exits non-zero when a clean run fails or any defect is caught by fewer tests than required.
+Exits non-zero when a clean run fails or any defect is caught by fewer tests than required. Every input is
+checked before the first run (``check_inputs``): the options, ``KVCM_SENSITIVITY_JOBS`` and ``PYTEST_ADDOPTS``,
+the ``--json`` path, and, in the one pytest process that lists the defects, the lane, the targets and the
+``--pytest-args`` (pytest's own usage error for them). Bad input exits 2 with one line on stderr.
 """
 
 from __future__ import annotations
@@ -30,6 +33,70 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .loading import plugin_args
+from .paths import output_problem
+
+DEFAULT_LANE = "l0_cpu"
+JOBS_ENV = "KVCM_SENSITIVITY_JOBS"
+# options a run must not carry: each would change what the runs count (name -> why)
+REFUSED = {"--kvcm-inject": "sensitivity injects each defect itself",
+           "--junitxml": "sensitivity reads its own JUnit report", "--junit-xml": "sensitivity reads its own JUnit report",
+           "--kvcm-lane": "give --lane", "--kvcm-target": "give --target",
+           "-x": "a run stopped at its first failure counts one catcher at most",
+           "--exitfirst": "a run stopped at its first failure counts one catcher at most",
+           "--maxfail": "a run stopped after some failures undercounts the catchers",
+           "--collect-only": "nothing would run", "--co": "nothing would run",
+           "--kvcm-list-defects": "nothing would run", "--kvcm-list-defects-json": "nothing would run",
+           "-h": "nothing would run", "--help": "nothing would run", "--version": "nothing would run"}
+
+
+class InputError(Exception):
+    """One bad input of ``kvcm sensitivity``, found before any run; the message is the line to print."""
+
+
+def _refused(arg: str) -> str | None:
+    for opt, why in REFUSED.items():
+        if arg == opt or opt.startswith("--") and arg.startswith(opt + "="):
+            return why
+    if len(arg) > 2 and arg[0] == "-" and arg[1].isalpha() and arg[1] not in "kmpocWn" and "x" in arg[1:] \
+            and arg[1:].isalpha():
+        return REFUSED["-x"]  # -x inside a cluster of flags (-xq)
+    return None
+
+
+def _split(source: str, text: str) -> list[str]:
+    try:
+        args = shlex.split(text)
+    except ValueError as e:
+        raise InputError(f"{source}={text!r}: cannot be split into arguments ({e})") from None
+    for arg in args:
+        why = _refused(arg)
+        if why:
+            raise InputError(f"{source}={text!r}: {arg} cannot be used here: {why}")
+    return args
+
+
+def check_inputs(args) -> tuple[list[str], int]:
+    """(the extra pytest arguments, the job count), or ``InputError`` for the first bad option or variable."""
+    _split("PYTEST_ADDOPTS", os.environ.get("PYTEST_ADDOPTS", ""))  # every run inherits it
+    extra = _split("--pytest-args", args.pytest_args or "")
+    need = getattr(args, "min_catchers", 2)
+    if isinstance(need, bool) or not isinstance(need, int) or need < 1:
+        raise InputError(f"--min-catchers={need!r}: must be an integer >= 1 (tests that must fail for a defect "
+                         "to count as caught)")
+    jobs, source = getattr(args, "jobs", None), "--jobs"
+    if jobs is None:
+        raw, source = os.environ.get(JOBS_ENV, "1"), JOBS_ENV
+        try:
+            jobs = int(raw)
+        except ValueError:
+            raise InputError(f"{JOBS_ENV}={raw!r}: must be an integer >= 1 (pytest runs at once)") from None
+    if jobs < 1:
+        raise InputError(f"{source}={jobs}: must be >= 1 (pytest runs at once)")
+    if args.json:
+        problem = output_problem(args.json)
+        if problem:
+            raise InputError(f"--json {args.json}: {problem}")
+    return extra, jobs
 
 
 def failed_tests(junit_path: Path) -> tuple[int, list[str]]:
@@ -45,14 +112,22 @@ def failed_tests(junit_path: Path) -> tuple[int, list[str]]:
     return total, failed
 
 
-def registered_defects() -> dict[str, dict]:
+def registered_defects(lane: str | None = None, target: str | None = None, extra: list[str] = ()) -> dict[str, dict]:
     """Ask pytest itself, so defects registered by users' plugins and conftest files count too:
-    name -> {story, upstream, catchers}."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", *plugin_args(), "--kvcm-list-defects-json", "-q"], capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"kvcm sensitivity: pytest --kvcm-list-defects-json failed:\n{proc.stdout}{proc.stderr}")
-    listing = next(line for line in proc.stdout.splitlines() if line.startswith("["))
+    name -> {story, upstream, catchers}. The same process checks what every run will be given (the lane, the
+    targets, the extra arguments): pytest's usage error for any of them is an ``InputError`` before any run."""
+    cmd = [sys.executable, "-m", "pytest", *plugin_args(), "--kvcm-list-defects-json", "-q", "--kvcm-version=both",
+           *([f"--kvcm-lane={lane}"] if lane else []), *([f"--kvcm-target={target}"] if target else []), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    listing = next((line for line in proc.stdout.splitlines() if line.startswith("[")), None)
+    if proc.returncode != 0 or listing is None:
+        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        why = next((ln.split(": error: ", 1)[1] for ln in lines if ": error: " in ln), None)  # argparse's
+        why = why or next((ln.removeprefix("ERROR: ") for ln in lines if ln.startswith("ERROR:")), None)  # UsageError
+        why = why or (lines[-1] if lines else f"exit status {proc.returncode}")
+        given = " ".join([*([f"--lane {lane}"] if lane else []), *([f"--target {target}"] if target else []),
+                          *([f"--pytest-args {shlex.join(extra)!r}"] if extra else [])]) or "no options"
+        raise InputError(f"pytest refuses the runs' options ({given}): {why}")
     return {d["name"]: d for d in json.loads(listing)}
 
 
@@ -125,19 +200,29 @@ def _named(test: str, catchers) -> bool:
 
 
 def main(args) -> int:
-    registry = registered_defects()
-    names = args.defect or list(registry)
-    unknown = [n for n in names if n not in registry]
-    if unknown:
-        print(f"kvcm sensitivity: unknown defect(s) {', '.join(unknown)}; registered: {', '.join(registry)}")
+    try:
+        return _main(args)
+    except InputError as e:
+        print(f"kvcm sensitivity: {e}", file=sys.stderr)
         return 2
+
+
+def _main(args) -> int:
+    extra, jobs = check_inputs(args)
+    chosen = getattr(args, "target", None)
+    registry = registered_defects(args.lane, chosen, extra)
+    names = args.defect or list(registry)
+    unknown = [n for n in dict.fromkeys(names) if n not in registry]
+    if unknown:
+        raise InputError(f"unknown defect(s) {', '.join(unknown)}; registered: {', '.join(registry) or 'none'}")
+    names = list(dict.fromkeys(names))
     mode, need = getattr(args, "mode", "fast"), getattr(args, "min_catchers", 2)
-    extra = shlex.split(args.pytest_args) if args.pytest_args else []
-    jobs = int(os.environ.get("KVCM_SENSITIVITY_JOBS", "1"))
+    if args.lane is None and (mode == "full" or any(not registry[n]["catchers"] for n in names)):
+        registered_defects(DEFAULT_LANE, chosen, extra)  # the lane will run: check it before the first run
+    args.lane = args.lane or DEFAULT_LANE
     targeted = {n: registry[n]["catchers"] for n in names if mode == "fast" and registry[n]["catchers"]}
     union = sorted({c for cs in targeted.values() for c in cs})
     own = {n: ",".join(registry[n].get("targets") or ()) or None for n in names}
-    chosen = getattr(args, "target", None)
     clean_target = chosen or ",".join(dict.fromkeys(t for n in names for t in registry[n].get("targets") or ())) or None
     plan = []  # (label, defect, tests, target): clean runs first
     if union:
@@ -186,7 +271,12 @@ def main(args) -> int:
                   + ("" if on else "; a defect in your own adapter needs --target NAME, or targets= at registration")
                   + ")")
     if args.json:
-        Path(args.json).write_text(json.dumps({"mode": mode, "clean": cleans, "defects": defects}, indent=2))
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps({"mode": mode, "clean": cleans, "defects": defects}, indent=2))
+        except OSError as e:  # checked at the start; the directory changed since (the table above still stands)
+            print(f"kvcm sensitivity: --json {args.json}: cannot be written ({e.strerror or e})", file=sys.stderr)
+            ok = False
     print(f"\nsensitivity ({mode}, {len(defects)} defects, {round(time.monotonic() - start)} s): "
           + ("every defect caught" + (f" by at least {need} tests" if need > 1 else "") if ok
              else "FAILED: a defect went uncaught or under-caught, or a clean run failed"))

@@ -18,7 +18,6 @@ import yaml
 
 from .lanes.file_format import read_text, yaml_where
 
-SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,23 +32,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _check_results(config: pytest.Config) -> None:
-    from .results import results_path
+    from .results import results_path, store_problem
 
     path = results_path(config)
     if path is None:
         return
-    where = f"--kvcm-results={path}"
-    if path.is_dir():
-        raise pytest.UsageError(f"{where}: is a directory; give the SQLite file's path")
-    if path.is_file():
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-        if head and head != SQLITE_HEADER:
-            raise pytest.UsageError(f"{where}: exists but is not an SQLite database (first bytes {head[:8]!r})")
-        return
-    parent = next((p for p in path.parents if p.exists()), None)
-    if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
-        raise pytest.UsageError(f"{where}: cannot be created ({parent} is not a writable directory)")
+    problem = store_problem(path, write=True)
+    if problem:
+        raise pytest.UsageError(f"--kvcm-results={path}: {problem}")
 
 
 def _check_gsm8k(config: pytest.Config) -> None:

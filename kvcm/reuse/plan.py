@@ -25,7 +25,7 @@ def plan_entry(cfg, deepseek: bool) -> dict:
 
 def plan_lines(d: dict) -> list[str]:
     if not d["enable_block_reuse"]:
-        return ["  block reuse off [KvCacheConfig.enable_block_reuse]: nothing is cached between requests"]
+        return ["  block reuse off [--no-block-reuse]: nothing is cached between requests"]
     partial = "on" if d["enable_partial_reuse"] else "off (whole blocks only)"
-    return [f"  block reuse on, partial reuse {partial} [KvCacheConfig.enable_block_reuse]: the pools are sized the "
-            "same with reuse off; at run time:"] + [f"    {line}" for line in d["at_run_time"]]
+    return [f"  block reuse on [--no-block-reuse], partial reuse {partial} [--no-partial-reuse]: the pools are sized "
+            "the same with reuse off; at run time:"] + [f"    {line}" for line in d["at_run_time"]]

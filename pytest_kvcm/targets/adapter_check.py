@@ -15,7 +15,10 @@ What is checked, on a small pool (``PROBE``) built through the registered factor
   ``held_pages`` is a dict with an int ``"full"`` entry, ``free_pages()`` is an int before and after, and the
   request is freed;
 * the optional capacity query comes as a pair: ``available_tokens`` returns an int, and an adapter with one of
-  ``available_tokens``/``allocate_generation`` has both (the tests that use them call both).
+  ``available_tokens``/``allocate_generation`` has both (the tests that use them call both);
+* an attribute that raises when read (a property) is reported as the adapter's, never an ``INTERNALERROR``;
+  ``differences`` is a dict of check name -> reason (``require`` looks names up in it);
+* an adapter's own ``allocate_batch`` returns a bool for a batch of one probe request.
 
 Only user-registered targets are probed: the built-in adapters are the contract suites' own subjects, and
 building some of them (transformers, vLLM) costs seconds at every start. A factory that raises
@@ -60,6 +63,14 @@ def _call(target, method: str, *args):
         raise AdapterError(method, f"{method}({', '.join(map(repr, args))}) raised {type(exc).__name__}: {exc}")
 
 
+def _attr(target, name: str):
+    """``target.name`` (None when absent); an attribute whose getter raises is the adapter's defect."""
+    try:
+        return getattr(target, name, None)
+    except Exception as exc:  # noqa: BLE001 - a property of the adapter raising is the adapter's to fix
+        raise AdapterError(name, f"reading {name} raised {type(exc).__name__}: {exc}") from None
+
+
 def _expect(method: str, value, kind: str, ok: bool) -> None:
     if not ok:
         raise AdapterError(method, f"{method} must return {kind}; it returned {value!r} ({type(value).__name__})")
@@ -75,14 +86,19 @@ def check_target(target) -> None:
     if missing:
         raise AdapterError(missing[0], f"{', '.join(missing)} not implemented (required: {', '.join(REQUIRED)})")
     for attr, low in (("page_size", 1), ("total_pages", 1), ("reserved_pages", 0)):
-        value = getattr(target, attr, None)
+        value = _attr(target, attr)
         if not _is_int(value) or value < low:
             raise AdapterError(attr, f"{attr} must be an int >= {low}; it is {value!r}"
                                      + (f" ({type(value).__name__})" if value is not None else " (not set)"))
     if target.reserved_pages >= target.total_pages:
         raise AdapterError("reserved_pages", f"reserved_pages={target.reserved_pages} leaves nothing of "
                                              f"total_pages={target.total_pages}")
-    has = [m for m in PAIRED if callable(getattr(target, m, None))]
+    differences = _attr(target, "differences")
+    if not isinstance(differences, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in differences.items()):
+        raise AdapterError("differences", f"differences must be a dict of check name -> reason (str -> str); it is "
+                                          f"{differences!r:.80} ({type(differences).__name__})")
+    has = [m for m in PAIRED if callable(_attr(target, m))]
     if len(has) == 1:
         other = next(m for m in PAIRED if m not in has)
         raise AdapterError(other, f"{has[0]} is defined but {other} is not: the capacity-query tests call both")
@@ -107,6 +123,13 @@ def check_target(target) -> None:
         if "available_tokens" in has:
             answer = _call(target, "available_tokens", 64, 1, 0)
             _expect("available_tokens", answer, "an int", _is_int(answer))
+        if getattr(cls, "allocate_batch", None) is not KVCacheTarget.allocate_batch:
+            batch = _call(target, "allocate_batch", [PROBE_RID + "-batch"], [1], 0)
+            _expect("allocate_batch", batch, "a bool (True: every request allocated, False: none)", _is_bool(batch))
+            if batch:
+                if PROBE_RID + "-batch" not in target._tokens:
+                    target._tokens[PROBE_RID + "-batch"] = 1
+                _call(target, "free", PROBE_RID + "-batch")
     finally:
         try:
             target.free(PROBE_RID)

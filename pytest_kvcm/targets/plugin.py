@@ -20,12 +20,23 @@ def pytest_addoption(parser):
 
 
 def selected_targets(config) -> list[str]:
+    """The names ``--kvcm-target`` (else ini ``kvcm_target``) gives, in order, each once; ``all`` anywhere in the
+    list is every registered target. Given but empty (``--kvcm-target=``, ``kvcm_target =``) is a usage error, not
+    the default."""
     registry = config._kvcm_targets
-    raw = config.getoption("kvcm_target") or config.getini("kvcm_target") or DEFAULT
-    names = list(registry) if raw.strip() == "all" else [n.strip() for n in raw.split(",") if n.strip()]
+    raw, source = config.getoption("kvcm_target"), "--kvcm-target"
+    if raw is None:
+        raw, source = config.getini("kvcm_target"), "ini kvcm_target"
+    given = [n.strip() for n in raw.split(",")]
+    if not any(given):
+        raise pytest.UsageError(f"{source}={raw!r}: names no target; give one or more of {', '.join(registry)} "
+                                "(comma-separated), or 'all'")
+    if "" in given:
+        raise pytest.UsageError(f"{source}={raw!r}: an empty name between commas")
+    names = list(registry) if "all" in given else list(dict.fromkeys(given))
     unknown = [n for n in names if n not in registry]
-    if unknown or not names:
-        raise pytest.UsageError(f"--kvcm-target={raw!r}: unknown target(s) {', '.join(unknown) or '(none given)'}; "
+    if unknown:
+        raise pytest.UsageError(f"{source}={raw!r}: unknown target(s) {', '.join(unknown)}; "
                                 f"registered: {', '.join(registry)}")
     return names
 

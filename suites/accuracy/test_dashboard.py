@@ -59,7 +59,7 @@ def test_main_cli(store_path, tmp_path, capsys):
     assert main(["--results", str(store_path), "--out", str(tmp_path / "o.html")]) == 0
     assert (tmp_path / "o.html").stat().st_size > 1000
     assert main(["--results", str(tmp_path / "missing.sqlite"), "--out", str(tmp_path / "x.html")]) == 2
-    assert "missing.sqlite does not exist" in capsys.readouterr().err
+    assert "missing.sqlite: does not exist" in capsys.readouterr().err
 
 
 def _chromium():

@@ -166,7 +166,7 @@ def test_plan_says_what_block_reuse_does(capsys, monkeypatch):
     assert any("count them as free" in line for line in reuse["at_run_time"])
     assert kvcm.cli.main(["plan", *args]) == 0
     text = capsys.readouterr().out
-    assert "block reuse on, partial reuse on [KvCacheConfig.enable_block_reuse]: the pools are sized the same" in text
+    assert "block reuse on [--no-block-reuse], partial reuse on [--no-partial-reuse]: the pools are sized the same" in text
     assert "needs ceil(len / tpb) - reused new blocks" in text
 
     real = kvcm.plan.cache_config

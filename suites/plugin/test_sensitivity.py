@@ -40,7 +40,7 @@ def _run(pytester, monkeypatch, capsys, *defects):
     pytester.makepyfile(probe_lib=LIB, test_probe=PROBE)
     monkeypatch.chdir(pytester.path)
     monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{__import__('os').environ.get('PYTHONPATH', '')}")
-    args = argparse.Namespace(lane="l0_cpu", defect=list(defects), pytest_args="", json=None, mode="fast",
+    args = argparse.Namespace(lane=None, defect=list(defects), pytest_args="", json=None, mode="fast",
                               min_catchers=2)
     code = sensitivity.main(args)
     return code, capsys.readouterr().out

@@ -28,3 +28,29 @@ def snapshot(mgr) -> tuple:
     """Held requests with capacity, history and block tables, and which blocks of every pool are in use."""
     requests = {r: (mgr.get_capacity(r), mgr.get_history(r), mgr.block_table(r)) for r in mgr.request_ids}
     return requests, [(p.num_free, bytes(p._used)) for p in mgr.pools]
+
+
+def unprivileged_prefix() -> list[str]:
+    """A command prefix that runs a process as an ordinary user, so a read-only file is read-only to it: root
+    writes through file modes, and the results checks must be tried as the users who meet them. Skips when
+    running as root without ``setpriv``."""
+    import os
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: a read-only file is writable here")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def shared_tmp(prefix: str):
+    """A directory under /tmp that the unprivileged user can enter and write (pytest's tmp_path is root's only)."""
+    import os
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(path, 0o777)
+    return path

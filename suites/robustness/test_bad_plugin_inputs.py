@@ -63,7 +63,7 @@ CASES = [
     ("lane_bad_yaml", ["--kvcm-lane-dir={root}/lanes", "--kvcm-lane=l9"], "l9.yml:3: invalid YAML"),
     ("waives_not_utf8", ["--kvcm-waives={root}/bin.txt"], "bin.txt:1: not UTF-8 text"),
     ("machine_not_json", ["--kvcm-machine=bogus"], "--kvcm-machine='bogus': neither a JSON object nor an existing"),
-    ("machine_bad_count", ["--kvcm-machine={root}/machine.json"], "invalid literal for int()"),
+    ("machine_bad_count", ["--kvcm-machine={root}/machine.json"], "gpu_count='many' must be an integer in [0, 1024]"),
     ("machine_not_utf8", ["--kvcm-machine={root}/bin.txt"], "bin.txt:1: not UTF-8 text"),
 ]
 

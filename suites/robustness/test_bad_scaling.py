@@ -1,0 +1,88 @@
+"""No cost grows with a number the user types: a value beyond what anything can use is refused at once, and an
+accepted one costs what a small one costs.
+
+Before: ``--kvcm-stage-split=1/10^12`` allocated one total per stage (``MemoryError``, an ``INTERNALERROR``) and
+``1/100000`` scanned every stage for every test; a pool allocated one in-use flag per page up front, so a budget of
+10^14 small pages was a ``MemoryError``; a config of millions of layers planned for minutes; a simulated machine
+of 10^9 GPUs stalled start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import kvcm
+from kvcm.block_pool import BlockPool
+from kvcm.config import KvCacheConfig
+from kvcm.model_spec import ModelSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+LANE = "l0_cpu:\n- tests:\n  - suites/a\n"
+
+
+@pytest.mark.parametrize("split", ["1/1000000000000", f"1/{10**30}", "3/100000"], ids=["1e12", "1e30", "3_of_1e5"])
+def test_stage_split_costs_what_1_of_1_costs(pytester, split):
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider -p no:randomly -p no:hypothesispytest\n")
+    (pytester.mkdir("suites") / "a").mkdir()
+    (pytester.path / "suites" / "a" / "test_a.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(6)))
+    (pytester.mkdir("ci") / "l0_cpu.yml").write_text(LANE)
+    start = time.monotonic()
+    result = pytester.runpytest_inprocess("--kvcm-machine", "{}", "--kvcm-lane=l0_cpu",
+                                          f"--kvcm-stage-split={split}", "--collect-only", "-q")
+    text = result.stdout.str()
+    assert result.ret == 0 and "INTERNALERROR" not in text, text
+    assert f"stage {split}: 1 of 6 tests" in text
+    assert time.monotonic() - start < 30
+
+
+def test_a_pool_of_1e14_pages_builds_at_once_and_works():
+    pool = BlockPool(10**14, 2)
+    first = pool.allocate(3)
+    assert pool.num_free == 10**14 - 3 and all(pool.is_used(b) for b in first) and not pool.is_used(10**13)
+    pool.release(first)
+    assert pool.num_free == 10**14
+    with pytest.raises(RuntimeError, match="released twice"):
+        pool.release([10**13])
+
+
+@pytest.mark.parametrize("kind", ["v1", "v2"])
+def test_a_huge_token_budget_builds_a_manager(kind):
+    mgr = kvcm.create_kv_cache_manager(kind, ModelSpec.uniform(1, 1, 1), KvCacheConfig(max_tokens=10**15),
+                                       max_batch_size=2, max_seq_len=64, device="meta")
+    assert mgr.get_num_free_blocks() == 10**15 // 32
+    assert mgr.add_dummy_requests([0, 1], token_nums=[64, 64]) is not None
+
+
+LAYERS = [
+    ("uniform", lambda: ModelSpec.uniform(2000, 1, 16), "num_layers=2000 is invalid: must be >= 1 and <= 1024"),
+    ("hf_config", lambda: ModelSpec.from_hf_config({"num_hidden_layers": 2000, "num_attention_heads": 4,
+                                                    "hidden_size": 64}), "num_hidden_layers=2000 is invalid"),
+    ("deepseek_ratios", lambda: kvcm.DeepseekV4Spec(compress_ratios=(4,) * 2000), "compress_ratios"),
+    ("deepseek_mtp", lambda: kvcm.DeepseekV4Spec().to_model_spec(2000),
+     "max_draft_len=2000 is invalid: caches D - 1 MTP layers beside the model's 43, at most 1024"),
+]
+
+
+@pytest.mark.parametrize("make, fragment", [c[1:] for c in LAYERS], ids=[c[0] for c in LAYERS])
+def test_more_layers_than_max_layers_is_a_config_error(make, fragment):
+    with pytest.raises(kvcm.ConfigError) as exc:
+        make()
+    assert fragment in str(exc.value)
+
+
+@pytest.mark.parametrize("count", ["1000000000", "true"], ids=["1e9", "bool"])
+def test_simulated_machine_gpu_count_is_bounded(tmp_path, count):
+    (tmp_path / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_kvcm.plugin", "-p", "no:cacheprovider",
+                           "-p", "no:randomly", "-q", "test_ok.py", f"--kvcm-machine={{\"gpu_count\": {count}}}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert f"gpu_count={json.loads(count)!r} must be an integer in [0, 1024]" in proc.stdout + proc.stderr
