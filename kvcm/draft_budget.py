@@ -10,6 +10,7 @@ for both caches and is left as it is.
 """
 from __future__ import annotations
 
+from . import seams
 from .config import KvCacheConfig
 from .errors import ConfigError
 
@@ -37,6 +38,6 @@ def split_draft_budget(cfg: KvCacheConfig, target_spec, draft_spec, *,
     total = total_budget_bytes(cfg, free_memory_bytes)
     if total is None:
         return cfg, cfg
-    bt, bd = _bytes_per_token(target_spec, cfg), _bytes_per_token(draft_spec, cfg)
-    target = total * bt // (bt + bd)
-    return cfg.replace(max_gpu_total_bytes=target), cfg.replace(max_gpu_total_bytes=total - target)
+    target, draft = seams.draft_budget_shares(total, _bytes_per_token(target_spec, cfg),
+                                              _bytes_per_token(draft_spec, cfg))
+    return cfg.replace(max_gpu_total_bytes=target), cfg.replace(max_gpu_total_bytes=draft)
