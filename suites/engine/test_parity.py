@@ -7,7 +7,8 @@ import torch
 import kvcm
 from kvcm.engine import LLM, SamplingParams
 from kvcm.engine.llm import eos_token_ids
-from kvcm.models import chat_prompt_ids, hf_generate, require_smollm2, tiny_model
+from kvcm.models import chat_prompt_ids, hf_generate, tiny_model
+from pytest_kvcm.models import require_smollm2
 from pytest_kvcm.parity import compare_greedy, compare_outputs
 
 from _prompts import random_prompts
