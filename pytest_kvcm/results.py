@@ -192,6 +192,7 @@ def git_commit(cwd: str | os.PathLike) -> str | None:
 
 # ----------------------------------------------------------------------------------------------- plugin
 STORE_KEY = pytest.StashKey["ResultsStore | None"]()
+SQLITE_HEADER = b"SQLite format 3\x00"
 RUN_ID_KEY = pytest.StashKey[str]()
 
 
@@ -210,7 +211,9 @@ def _run_id(config: pytest.Config) -> str:
     return os.environ.get("KVCM_RUN_ID") or new_run_id()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    check_results_option(config)
     config.stash[RUN_ID_KEY] = _run_id(config)
     config.stash[STORE_KEY] = None
 
@@ -286,3 +289,23 @@ class Recorder:
 def kvcm_results(request: pytest.FixtureRequest) -> Recorder:
     """Record a metric of this test: ``kvcm_results.record(metric="parity.first_diff", value=..., ...)``."""
     return Recorder(request)
+
+
+def check_results_option(config: pytest.Config) -> None:
+    """``--kvcm-results`` checked when pytest starts: a directory, a file that is not SQLite, or a path that
+    cannot be created is a usage error naming it, not a trace from ``sqlite3`` at the first record."""
+    path = results_path(config)
+    if path is None:
+        return
+    where = f"--kvcm-results={path}"
+    if path.is_dir():
+        raise pytest.UsageError(f"{where}: is a directory; give the SQLite file's path")
+    if path.is_file():
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+        if head and head != SQLITE_HEADER:
+            raise pytest.UsageError(f"{where}: exists but is not an SQLite database (first bytes {head[:8]!r})")
+        return
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
+        raise pytest.UsageError(f"{where}: cannot be created ({parent} is not a writable directory)")
