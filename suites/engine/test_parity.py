@@ -105,7 +105,8 @@ def test_gate_catches_off_by_one_block_table(llama, greedy_parity):
 
     def defective(ps):
         cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=2048, dtype="float32")
-        shifted = _ShiftedTables(kvcm.ModelSpec.from_hf_config(llama.config), cfg, max_batch_size=8, max_seq_len=512)
+        shifted = _ShiftedTables(kvcm.ModelSpec.from_hf_config(llama.config), cfg, max_batch_size=8, max_seq_len=512,
+                                 device="cpu")
         llm = LLM(llama, kvcm_version="v2", max_batch_size=8, max_seq_len=512, kv_cache_config=cfg, manager=shifted)
         return llm.generate(ps, SamplingParams(max_new_tokens=NEW_TOKENS))
 
