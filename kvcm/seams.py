@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import sys
 
+from .units import ceil_div
+
 SEAMS: dict[str, str] = {}   # name -> what the decision is, filled by ``seam``
 
 
@@ -39,7 +41,7 @@ def replace(monkeypatch, name: str, fn) -> None:
       "tokens in whole blocks, as TensorRT-LLM's AttnLifeCycle keys it (keyed by raw sink tokens, layers whose "
       "sinks fill the same blocks got a pool each; vLLM PR #14097: windows dropped, sliding layers kept every page)")
 def life_cycle(window: int | None, sink_tokens: int, tpb: int) -> tuple:
-    return window, -(-sink_tokens // tpb)
+    return window, ceil_div(sink_tokens, tpb)
 
 
 @seam("the order life cycles are numbered in: first seen first, as TensorRT-LLM's LifeCycleRegistry numbers them, "
@@ -57,7 +59,7 @@ def window_first_token(history: int, window: int) -> int:
 @seam("the most blocks of a window one request holds, sinks aside: an unaligned window plus one block, one batch "
       "in flight (vLLM issue #49878: a second in-flight batch charged to every sliding pool)")
 def window_bound_blocks(window: int, tpb: int) -> int:
-    return -(-window // tpb) + 1
+    return ceil_div(window, tpb) + 1
 
 
 # ---- pool sizing (kvcm/manager_v1.py, manager_v2.py) ------------------------------------------------------------

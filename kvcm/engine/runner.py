@@ -117,7 +117,7 @@ class ModelRunner:
         return out.last_hidden_state[0]
 
     def resolve_placeholders(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Input ids with each placeholder (:func:`placeholder`, negative) replaced by the token the
+        """Input ids with each placeholder (:func:`placeholders`, negative) replaced by the token the
         previous step sampled for that logit row: the host schedules a step before it has read the last one's
         tokens, and the device, which has them, fills them in."""
         return torch.where(input_ids < 0, self.last_tokens[placeholder_rows(input_ids)], input_ids)
@@ -156,11 +156,17 @@ class ModelRunner:
         return self.run(self.dummy_items(dummies))
 
 
+def placeholders(n: int) -> range:
+    """The stand-in token ids of logit rows ``0 .. n - 1`` of the step in flight: negative, so never a real id.
+    The scheduler writes them (``Scheduler.commit``, indexing this range rather than calling per sequence) and
+    the runner swaps each for its row's sampled token on the device (``ModelRunner.resolve_placeholders``,
+    through :func:`placeholder_rows`): the encoding lives here alone."""
+    return range(-1, -1 - n, -1)
+
+
 def placeholder(row: int) -> int:
-    """The stand-in token id for logit row ``row`` of the step in flight: negative, so never a real id. The
-    scheduler writes it (``Scheduler.commit``) and the runner swaps it for that row's sampled token on the device
-    (``ModelRunner.resolve_placeholders``, through :func:`placeholder_rows`): the encoding lives here alone."""
-    return -1 - row
+    """The stand-in token id of logit row ``row`` (:func:`placeholders`)."""
+    return placeholders(row + 1)[row]
 
 
 def placeholder_rows(input_ids: torch.Tensor) -> torch.Tensor:

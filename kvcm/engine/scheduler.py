@@ -32,7 +32,7 @@ from .. import seams
 from ..errors import OutOfPagesError
 from ..limits import Limits
 from . import reuse as _reuse
-from .runner import StepItem, placeholder
+from .runner import StepItem, placeholders
 from .sequence import Sequence, Status
 from .spec_stats import SpecStats
 
@@ -230,17 +230,17 @@ class Scheduler:
     def commit(self, seqs: list[Sequence], items: list[StepItem]) -> list[tuple[Sequence, int]]:
         """The step's bookkeeping that needs no token values, done once it is launched: the manager's
         ``end_context_chunk`` / ``end_generation`` and each sequence's computed count. Each sequence that gets a
-        token this step gets a placeholder in its outputs (:func:`placeholder` of its logit row), so the next
+        token this step gets a placeholder in its outputs (``runner.placeholders``, of its logit row), so the next
         step can be scheduled before the token is known. A sequence that reaches its length limit with it is
         retired now (its pages freed); the stop reason is decided by :meth:`complete`. Returns the
         ``(sequence, output position)`` of each logit row, in row order."""
         pending = []
         end_generation, retire, nan = self.mgr.end_generation, seams.retire_at_commit, float("nan")
-        max_seq_len = self.limits.max_seq_len
+        max_seq_len, stand_in = self.limits.max_seq_len, placeholders(len(items))
         for seq, item in zip(seqs, items):
             out = seq.output_token_ids
             if item.decode:
-                out.append(placeholder(len(pending)))
+                out.append(stand_in[len(pending)])
                 num_tokens = len(seq.prompt_token_ids) + len(out)
                 end_generation(seq.request_id, num_tokens)
                 seq.num_computed = num_tokens - 1
@@ -249,7 +249,7 @@ class Scheduler:
                 self.mgr.end_context_chunk(seq.request_id, seq.num_computed)
                 if not item.want_logits:
                     continue
-                out.append(placeholder(len(pending)))
+                out.append(stand_in[len(pending)])
             seq.logits_margins.append(nan)
             pos = len(out) - 1
             pending.append((seq, pos))

@@ -7,6 +7,7 @@ Every defect here is a place where kvcm's numbers left TensorRT-LLM's; the fix m
 from __future__ import annotations
 
 from kvcm import seams
+from kvcm.units import ceil_div
 
 from ._registry import defect
 
@@ -76,4 +77,4 @@ def life_cycles_keyed_by_sink_tokens(mp):
         story="V1 rounded max_tokens up to a whole block: one block more than TensorRT-LLM allocates",
         catchers=("suites/conformance/test_steps_and_dummies.py", "suites/managers/test_formulas.py"))
 def v1_max_tokens_rounded_up(mp):
-    seams.replace(mp, "v1_blocks_for_max_tokens", lambda max_tokens, tpb: -(-max_tokens // tpb))
+    seams.replace(mp, "v1_blocks_for_max_tokens", lambda max_tokens, tpb: ceil_div(max_tokens, tpb))

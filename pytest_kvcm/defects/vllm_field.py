@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvcm import seams
+from kvcm.units import ceil_div
 
 from ._registry import defect
 
@@ -24,7 +25,7 @@ def lookahead_not_reserved_in_warmup(mp):
                   "suites/engine/test_cache_sizing.py::test_sliding_window_model_gets_window_sized_pools",
                   "pytest_kvcm/contract/test_target_sliding_window.py::test_window_pages_follow_the_window"))
 def swa_sized_as_global(mp):
-    seams.replace(mp, "life_cycle", lambda window, sink_tokens, tpb: (None, -(-sink_tokens // tpb)))
+    seams.replace(mp, "life_cycle", lambda window, sink_tokens, tpb: (None, ceil_div(sink_tokens, tpb)))
 
 
 @defect("swa-bound-two-batches", upstream="vLLM issue #49878 (the sliding-window bound counted two in-flight "
@@ -35,7 +36,7 @@ def swa_sized_as_global(mp):
                   "suites/managers/test_field_defects.py::test_token_quota_of_a_hybrid_model",
                   "suites/engine/test_cache_sizing.py::test_sliding_window_model_gets_window_sized_pools"))
 def swa_bound_two_batches(mp):
-    seams.replace(mp, "window_bound_blocks", lambda window, tpb: 2 * -(-window // tpb) + 1)
+    seams.replace(mp, "window_bound_blocks", lambda window, tpb: 2 * ceil_div(window, tpb) + 1)
 
 
 @defect("swa-admission-counts-full-sequence", upstream="vLLM PR #40946 (fixes #39734: the sliding-window "
@@ -46,4 +47,4 @@ def swa_bound_two_batches(mp):
                   "pytest_kvcm/contract/test_target_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
 def swa_admission_counts_full_sequence(mp):
     """The long request's blocks counted as if no sliding block were ever stale: ``ceil(capacity / tpb)``."""
-    seams.replace(mp, "clamp_blocks_needed", lambda group, capacity, history, tpb: -(-capacity // tpb))
+    seams.replace(mp, "clamp_blocks_needed", lambda group, capacity, history, tpb: ceil_div(capacity, tpb))

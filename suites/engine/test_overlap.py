@@ -12,7 +12,7 @@ import pytest
 import kvcm
 from kvcm.engine import LLM, SamplingParams
 from kvcm.models import tiny_model
-from kvcm.engine.scheduler import placeholder
+from kvcm.engine.runner import placeholder
 
 from _prompts import random_prompts
 
