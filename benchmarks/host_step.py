@@ -35,10 +35,11 @@ HERE = Path(__file__).resolve()
 
 
 def _prompts(batch: int, seed: int = 0) -> list[list[int]]:
-    """GSM8K-chat-sized prompts (80..220 tokens), random ids: the host path never reads their values."""
+    """GSM8K-chat-sized prompts (80..220 tokens), random ids inside the tiny model's vocabulary (256, which
+    ``LLM.generate`` checks): the host path never reads their values."""
     import torch
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 1000, (int(n),), generator=g).tolist() for n in torch.randint(80, 220, (batch,),
+    return [torch.randint(3, 256, (int(n),), generator=g).tolist() for n in torch.randint(80, 220, (batch,),
                                                                                            generator=g)]
 
 

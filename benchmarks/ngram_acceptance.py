@@ -33,6 +33,9 @@ def replay(drafter, prompts: list[list[int]], outputs: list[list[int]], max_new_
     from kvcm.engine import SamplingParams
     from kvcm.engine.runner import StepItem
     from kvcm.engine.sequence import Sequence, Status
+    from kvcm.engine.spec_stats import SpecStats
+
+    stats = SpecStats(drafter.name)
     params = SamplingParams(max_new_tokens=max_new_tokens)
     k = drafter.num_draft
     for prompt, out in zip(prompts, outputs):
@@ -47,11 +50,11 @@ def replay(drafter, prompts: list[list[int]], outputs: list[list[int]], max_new_
             a = 0
             while a < used and j + a < len(out) and item.token_ids[1 + a] == out[j + a]:
                 a += 1
-            drafter.stats.record(used, a)
+            stats.record(used, a)
             seq.output_token_ids = out[:j + a + 1]
         seq.status = Status.FINISHED
         drafter.free(seq)
-    return drafter.stats
+    return stats
 
 
 def main(argv=None) -> int:

@@ -1,24 +1,37 @@
-"""The ``kvcm`` command: ``plan`` (size a cache on paper). ``sensitivity`` and ``dashboard`` belong to the pytest
-plugin (``pytest-kvcm``); they are aliases here, imported only when called, so the library never needs the plugin."""
+"""The ``kvcm`` command: ``plan`` (size a cache on paper), and the commands other installed packages register.
+
+A package adds ``kvcm NAME`` through the ``kvcm.commands`` entry-point group (``NAME = "module:function"``,
+called as ``function(argv, prog)`` and returning the exit status): the pytest plugin adds ``sensitivity`` and
+``dashboard`` that way. The library looks the group up and imports nothing of any such package itself.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-PLUGIN_COMMANDS = ("sensitivity", "dashboard")
-DESCRIPTION = ("Reference KV cache managers. 'kvcm plan' sizes a model's KV cache on paper; 'kvcm sensitivity' "
-               "and 'kvcm dashboard' come with the pytest plugin (pytest-kvcm). 'kvcm COMMAND --help' for each.")
+COMMAND_GROUP = "kvcm.commands"
+DESCRIPTION = ("Reference KV cache managers. 'kvcm plan' sizes a model's KV cache on paper; installed packages add "
+               "commands of their own (the pytest plugin, pip install 'pytest-kvcm[test]', adds 'kvcm sensitivity' "
+               "and 'kvcm dashboard'). 'kvcm COMMAND --help' for each.")
 
 
-def _plugin_command(argv: list[str]) -> int:
+def registered_commands() -> dict:
+    """``name -> entry point`` of every command an installed package registers in ``kvcm.commands``."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=COMMAND_GROUP) if ep.name != "plan"}
+
+
+def _registered_command(entry, argv: list[str]) -> int:
+    prog = f"kvcm {argv[0]}"
     try:
-        from pytest_kvcm.cli import main as plugin_main
+        command = entry.load()
     except ImportError as exc:
-        print(f"kvcm {argv[0]}: this command comes with the pytest plugin, which is not importable ({exc}); "
-              "install it with: pip install 'pytest-kvcm[test]'", file=sys.stderr)
+        print(f"{prog}: this command comes with an installed package that is not importable ({exc}); "
+              "reinstall it (the pytest plugin: pip install 'pytest-kvcm[test]')", file=sys.stderr)
         return 2
-    return plugin_main(argv, prog="kvcm")
+    return command(argv[1:], prog)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -31,8 +44,14 @@ class OneLineParser(argparse.ArgumentParser):
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in PLUGIN_COMMANDS:
-        return _plugin_command(argv)
+    commands = registered_commands()
+    if argv and argv[0] in commands:
+        return _registered_command(commands[argv[0]], argv)
+    if argv and not argv[0].startswith("-") and argv[0] != "plan":
+        known = ", ".join(["plan", *sorted(commands)])
+        print(f"kvcm: no command {argv[0]!r} (installed: {known}); 'kvcm sensitivity' and 'kvcm dashboard' come "
+              "with the pytest plugin: pip install 'pytest-kvcm[test]'", file=sys.stderr)
+        return 2
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     from . import plan
@@ -43,8 +62,9 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     plan.add_arguments(sub.add_parser("plan", help="size a model's KV cache: pools, constraints, warmup plan",
                                       allow_abbrev=False))
-    for name in PLUGIN_COMMANDS:
-        sub.add_parser(name, help=f"alias of `pytest-kvcm {name}` (see `kvcm {name} --help`)", add_help=False)
+    for name, entry in sorted(commands.items()):
+        owner = entry.dist.name if entry.dist is not None else entry.value
+        sub.add_parser(name, help=f"from {owner} (see `kvcm {name} --help`)", add_help=False)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         print(f"kvcm {args.command}: unrecognized arguments: {' '.join(unknown)} (see kvcm {args.command} --help)",

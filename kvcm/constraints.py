@@ -54,6 +54,13 @@ def generic_constraints(limits: Limits) -> list[NamedConstraint]:
                                                               0)]))]
 
 
+def longest_decode(limits: Limits) -> NamedConstraint:
+    """DeepSeek-V4's longest decode: one request at ``max_seq_len`` beside ``B - 1`` short decoding ones."""
+    s, b = limits.max_seq_len, limits.max_batch_size
+    short = KVCacheDesc(1 + limits.max_draft_len + limits.num_extra_kv_tokens, 0)
+    return NamedConstraint("longest_decode", BatchDesc([KVCacheDesc(s, s - 1)] + [short] * (b - 1)))
+
+
 def typical_step_batch(avg_seq_len: int, limits: Limits) -> BatchDesc:
     """One context request plus ``B - 1`` decoding requests of ``avg_seq_len`` tokens."""
     if avg_seq_len > limits.max_seq_len:

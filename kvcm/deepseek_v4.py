@@ -19,8 +19,9 @@ from typing import Annotated, Literal
 import torch
 from pydantic import BeforeValidator, Field
 
-from .config import BatchDesc, KVCacheDesc, KvCacheConfig
-from .constraints import NamedConstraint
+from . import seams
+from .config import KvCacheConfig
+from .constraints import NamedConstraint, longest_decode
 from .errors import ConfigError
 from .limits import Limits
 from .manager_v2 import KVCacheManagerV2
@@ -70,7 +71,7 @@ class DeepseekV4Spec:
     def layer_ratios(self, max_draft_len: int) -> tuple[int, ...]:
         """Per cached layer its ratio: with drafts, ``D - 1`` MTP layers that repeat the last layer's ratio are
         cached too (TensorRT-LLM's ``DeepseekV4CacheManager.__init__``)."""
-        extra = max(0, max_draft_len - 1)
+        extra = seams.v4_mtp_layers(max_draft_len)
         if len(self.compress_ratios) + extra > MAX_LAYERS:
             raise ConfigError("max_draft_len", max_draft_len, f"caches D - 1 MTP layers beside the model's "
                               f"{len(self.compress_ratios)}, at most {MAX_LAYERS} in all ({MAX_LAYERS_WHY})")
@@ -79,13 +80,12 @@ class DeepseekV4Spec:
     @staticmethod
     def state_factor(ratio: int) -> int:
         """The ratio-4 compressor overlaps its windows: its states are twice as wide (``is_overlap_compressor``)."""
-        return 2 if ratio == 4 else 1
+        return seams.v4_state_factor(ratio)
 
     def indexer_entry_bytes(self) -> int:
         """One compressed indexer key: fp8 values plus one fp32 scale per 128 (``fp4``: packed E2M1 values
         plus one byte per 32), TensorRT-LLM's ``get_token_bytes`` for INDEXER_COMPRESS."""
-        ihd = self.index_head_dim
-        return ihd + ihd // 128 * 4 if self.indexer_k_dtype == "fp8" else ihd // 2 + ihd // 32
+        return seams.v4_indexer_entry_bytes(self.index_head_dim, self.indexer_k_dtype)
 
     def to_model_spec(self, max_draft_len: int) -> ModelSpec:
         """One LayerSpec per stored role, in TensorRT-LLM's order (``_build_cache_config``).
@@ -144,7 +144,4 @@ class DeepseekV4CacheManager(KVCacheManagerV2):
         Only reached when ``kv_cache_config.pool_ratio is None``: the gate in ``_size_pools`` reads the same field
         the user set, so an explicit ratio means no constraints at all.
         """
-        s, b = self.max_seq_len, self.max_batch_size
-        short = KVCacheDesc(1 + self.max_draft_len + self.num_extra_kv_tokens, 0)
-        longest = BatchDesc([KVCacheDesc(s, s - 1)] + [short] * (b - 1))
-        return super()._named_constraints() + [NamedConstraint("longest_decode", longest)]
+        return super()._named_constraints() + [longest_decode(self.limits)]

@@ -39,9 +39,9 @@ def split_draft_budget(cfg: KvCacheConfig, target_spec, draft_spec, *,
     total = total_budget_bytes(cfg, free_memory_bytes)
     if total is None:
         return cfg, cfg
-    bt, bd = _bytes_per_token(target_spec, cfg), _bytes_per_token(draft_spec, cfg)
-    draft = seams.draft_budget_share(total, bt, bd)
-    return cfg.replace(max_gpu_total_bytes=total - draft), cfg.replace(max_gpu_total_bytes=draft)
+    target, draft = seams.draft_budget_shares(total, _bytes_per_token(target_spec, cfg),
+                                              _bytes_per_token(draft_spec, cfg))
+    return cfg.replace(max_gpu_total_bytes=target), cfg.replace(max_gpu_total_bytes=draft)
 
 
 def trtllm_splits_gpu_budget(kvcm_version: str, *, separate_draft_engine: bool, vswa: bool = False,

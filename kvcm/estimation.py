@@ -87,6 +87,6 @@ def build_with_estimation(kvcm_version: str, model, kv_cache_config, limits: Lim
 
     est_cfg = estimation_config(kv_cache_config).replace(avg_seq_len=limits.max_seq_len)
     described, report = estimate(make, est_cfg, warm=warm("estimation") if warmup else None)
-    final = make(kv_cache_config)
+    final = make(seams.final_cache_config(kv_cache_config, described, report))
     warmups = [report, warm("final")(final)] if warmup else []
     return Estimation(described, final, warmups)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .model_spec import LayerSpec, ModelSpec
+from . import seams
+from .model_spec import ModelSpec
 from .units import ceil_div
 
 
@@ -38,7 +39,7 @@ class LayerGroup:
         if self.window is None:
             return (0, 0)
         lo = min(ceil_div(history, tpb), self.sink_blocks(tpb))
-        return lo, max(lo, (history + 1 - self.window) // tpb)
+        return lo, max(lo, seams.window_first_token(history, self.window) // tpb)
 
     def blocks_needed(self, capacity: int, history: int, tpb: int) -> int:
         """Blocks a request holds here: ``ceil(capacity / tpb)`` less the stale ones."""
@@ -49,35 +50,28 @@ class LayerGroup:
         """Most blocks one request can hold in this sliding group: an unaligned window plus its sinks."""
         if self.window is None:
             raise ValueError("a full-attention group has no window")
-        return ceil_div(self.window, tpb) + 1 + self.sink_blocks(tpb)
+        return seams.window_bound_blocks(self.window, tpb) + self.sink_blocks(tpb)
 
 
 def build_layer_groups(spec: ModelSpec, tpb: int) -> list[LayerGroup]:
     """Group layers by life cycle, numbered in order of first appearance, as TensorRT-LLM's
-    ``LifeCycleRegistry`` numbers them: a ``pool_ratio`` copied from a real config weights the same groups.
+    ``LifeCycleRegistry`` numbers them (``seams.life_cycle_order``): a ``pool_ratio`` copied from a real config
+    weights the same groups.
 
-    A life cycle is (window, sink *blocks*), as ``AttnLifeCycle`` keys it: layers whose sink tokens round up to
-    the same number of blocks share one group, which keeps ``sink_blocks * tpb`` sink tokens.
+    A life cycle is (window, sink *blocks*), as ``AttnLifeCycle`` keys it (``seams.life_cycle``): layers whose
+    sink tokens round up to the same number of blocks share one group, which keeps ``sink_blocks * tpb`` sink
+    tokens.
     """
-    keys: list[tuple] = []
     members: dict[tuple, list[int]] = {}
     for i, layer in enumerate(spec.layers):
-        key = (layer.sliding_window, ceil_div(layer.sink_tokens, tpb))
-        if key not in members:
-            keys.append(key)
-            members[key] = []
-        members[key].append(i)
+        members.setdefault(seams.life_cycle(layer.sliding_window, layer.sink_tokens, tpb), []).append(i)
     groups = []
-    for gi, key in enumerate(keys):
+    for gi, key in enumerate(seams.life_cycle_order(list(members))):
         offsets, offset = {}, 0
         for li in members[key]:
             offsets[li] = offset
             offset += spec.layers[li].bytes_per_block(tpb)
-        window, sink_blocks = key
+        window, sink_tokens = key[0], ceil_div(spec.layers[members[key][0]].sink_tokens, tpb) * tpb
         name = "full" if window is None else f"window{window}"
-        groups.append(LayerGroup(gi, tuple(members[key]), window, sink_blocks * tpb, offset, offsets, name=name))
+        groups.append(LayerGroup(gi, tuple(members[key]), window, sink_tokens, offset, offsets, name=name))
     return groups
-
-
-def layer_of(spec: ModelSpec, index: int) -> LayerSpec:
-    return spec.layers[index]

@@ -201,9 +201,9 @@ class BaseKVCacheManager(ReuseMixin):
         """``block_table`` of each request, for a step's worth of requests in one call. The lists are the
         manager's own, not copies (an engine reads every running request's table every step, and copying them
         was a good part of its host time): read them before the next call that changes one of these requests,
-        and never write to them. Where ``block_table`` is replaced (a subclass, or a test putting a defective
-        table in), the tables are read through it, so the replacement is what an engine sees."""
-        if "block_table" in self.__dict__ or type(self).block_table is not BaseKVCacheManager.block_table:
+        and never write to them. Where a subclass overrides ``block_table`` (a test's defective manager, handed to
+        the engine's constructor), the tables are read through it, so the override is what an engine sees."""
+        if type(self).block_table is not BaseKVCacheManager.block_table:
             return [self.block_table(rid) for rid in request_ids]
         seqs = self._seqs
         try:
@@ -249,35 +249,24 @@ class BaseKVCacheManager(ReuseMixin):
         All or nothing: the whole call is checked before anything is allocated (bad values raise ``ConfigError``),
         a lack of pages returns None, and any exception while placing releases every dummy this call made.
         """
-        request_ids = validation.request_id_list("request_ids", request_ids)
-        is_gen = validation.flag("is_gen", is_gen)
-        drafts = validation.count("max_num_draft_tokens", max_num_draft_tokens)
-        reserve = drafts if kv_reserve_draft_tokens is None else validation.count("kv_reserve_draft_tokens",
-                                                                                  kv_reserve_draft_tokens)
-        if token_nums is None:
-            token_nums = [1 + drafts] * len(request_ids)
-        else:
-            if isinstance(token_nums, (str, bytes)) or not hasattr(token_nums, "__len__"):
-                raise ConfigError("token_nums", token_nums, "must be a list with one token count per request id")
-            if len(token_nums) != len(request_ids):
-                raise ConfigError("token_nums", len(token_nums),
-                                  f"must have one entry per request id ({len(request_ids)})")
-            token_nums = [validation.count("token_nums", t, 1, self.max_seq_len, "max_seq_len") for t in token_nums]
+        request_ids, token_nums, is_gen, drafts, reserve = seams.checked_dummy_call(
+            request_ids, token_nums, is_gen, max_num_draft_tokens, kv_reserve_draft_tokens, self.max_seq_len)
         held = [rid for rid in request_ids if rid in self._seqs]
         if held:
             raise ConfigError("request_ids", held[0], "is already held by this manager; nothing was allocated")
+        slots = seams.dummy_draft_slots(reserve, is_gen)
         made, out = [], []
         try:
             for rid, token_num in zip(request_ids, token_nums):
                 self._new_seq(rid)
                 made.append(rid)
-                if not self._place_dummy(rid, token_num, is_gen, reserve):
-                    self._release_all(made)
+                if not self._place_dummy(rid, token_num, is_gen, slots):
+                    self._release_all(seams.dummies_released(made, raised=False))
                     return None
                 prompt_len = token_num - 1 if is_gen else token_num
                 out.append(DummyRequest(rid, token_num, prompt_len, is_gen, drafts, self.get_capacity(rid)))
         except BaseException:
-            self._release_all(made)
+            self._release_all(seams.dummies_released(made, raised=True))
             raise
         return out
 

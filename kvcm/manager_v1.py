@@ -25,7 +25,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
         budgets = self._budget_candidates()
         candidates = {name: b // bytes_per_block for name, b in budgets.items()}
         if cfg.max_tokens is not None:  # whole blocks only, as TensorRT-LLM's calculate_max_num_blocks floors
-            candidates["max_tokens"] = cfg.max_tokens // tpb
+            candidates["max_tokens"] = seams.v1_blocks_for_max_tokens(cfg.max_tokens, tpb)
         blocks = min(candidates.values())
         if cfg.max_tokens is not None:
             budgets["max_tokens"] = candidates["max_tokens"] * bytes_per_block
@@ -145,7 +145,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
             validation.count("batch_size", batch_size, 1)
             max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
         free = min(seams.free_blocks(pool.num_free, pool.num_reusable) for pool in self.pools)
-        available = free * self.tokens_per_block - self.num_extra_kv_tokens - max_num_draft_tokens
+        available = free * self.tokens_per_block - seams.available_extra(self.num_extra_kv_tokens, max_num_draft_tokens)
         return max(0, min(token_num_upper_bound, available))
 
     def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import functools
 
-from .config import BatchDesc, KVCacheDesc
-from .constraints import (NamedConstraint, generic_constraints, split_quota, split_weights, tokens_quota_per_group,
-                          typical_step_batch)
+from .config import KVCacheDesc
+from .constraints import NamedConstraint, split_quota, split_weights, tokens_quota_per_group, typical_step_batch
 from . import validation
 from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .reuse.policy import V2Policy
+from . import seams
 
 
 class KVCacheManagerV2(BaseKVCacheManager):
@@ -29,7 +29,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
         return self.kv_cache_config.avg_seq_len
 
     def _named_constraints(self) -> list[NamedConstraint]:
-        return generic_constraints(self.limits)
+        return seams.generic_v2_constraints(self.limits)
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block
@@ -39,8 +39,8 @@ class KVCacheManagerV2(BaseKVCacheManager):
             named = self._named_constraints()
             t = self._typical_seq_len()
             self.typical_step = None if t is None else typical_step_batch(t, self.limits)
-        else:
-            named = []  # an explicit ratio is used as given: no floors, no typical step
+        else:  # an explicit ratio is used as given: no floors, no typical step
+            named = seams.pool_ratio_floors(self._named_constraints())
         self.constraint_names = [c.name for c in named]
         self.constraints = [c.batch for c in named]
         budgets = self._budget_candidates()
@@ -233,8 +233,8 @@ class KVCacheManagerV2(BaseKVCacheManager):
             token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
             batch_size = validation.count("batch_size", batch_size, 1)
             max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
-        tpb, extra = self.tokens_per_block, self.num_extra_kv_tokens + max_num_draft_tokens
-        result = self._clamp(batch_size, token_num_upper_bound + extra, extra) - extra
+        extra = seams.available_extra(self.num_extra_kv_tokens, max_num_draft_tokens)
+        result = self._clamp(batch_size, seams.clamp_bound(token_num_upper_bound, extra), extra) - extra
         if self.kv_cache_config.max_tokens is not None:
             result = min(result, self.kv_cache_config.max_tokens - extra)
         return max(0, result)
@@ -248,13 +248,15 @@ class KVCacheManagerV2(BaseKVCacheManager):
         """
         tpb = self.tokens_per_block
         shorts = batch_size - 1
-        avail = [g.num_blocks - g.blocks_needed(1, 1, tpb) * shorts for g in self.layer_groups]
+        avail = [seams.clamp_blocks(g.num_blocks, pool.num_free, g.blocks_needed(1, 1, tpb) * shorts)
+                 for g, pool in zip(self.layer_groups, self.pools)]
         if any(a < 1 for a in avail):
             return 0
+        needed = seams.clamp_blocks_needed
 
         def fits(capacity: int) -> bool:
             history = max(0, capacity - extra - 1)
-            return all(g.blocks_needed(capacity, history, tpb) <= a for g, a in zip(self.layer_groups, avail))
+            return all(needed(g, capacity, history, tpb) <= a for g, a in zip(self.layer_groups, avail))
 
         if fits(upper):
             return upper
@@ -279,6 +281,3 @@ class KVCacheManagerV2(BaseKVCacheManager):
     def kv_cache_desc(self, request_id) -> KVCacheDesc:
         seq = self._seq(request_id)
         return KVCacheDesc(seq.capacity, seq.history)
-
-    def current_batch(self) -> BatchDesc:
-        return BatchDesc([self.kv_cache_desc(r) for r in self._seqs])

@@ -69,7 +69,7 @@ class Drafter(Protocol):
     """
 
     num_draft: int
-    stats: object   # kvcm.engine.spec_stats.SpecStats
+    name: str       # names its acceptance figures (``LLM.spec_stats.name``)
 
     def begin_chunk(self, seq, start: int, n: int) -> None: ...
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import sys
 
+from .units import ceil_div
+
 SEAMS: dict[str, str] = {}   # name -> what the decision is, filled by ``seam``
 
 
@@ -32,6 +34,161 @@ def replace(monkeypatch, name: str, fn) -> None:
     if name not in SEAMS:
         raise KeyError(f"{name!r} is not a seam of kvcm.seams (known: {', '.join(sorted(SEAMS))})")
     monkeypatch.setattr(sys.modules[__name__], name, fn)
+
+
+# ---- layer groups (kvcm/layer_groups.py) --------------------------------------------------------------------------
+@seam("the life cycle a layer belongs to, which layers sharing one pool must agree on: its window and its sink "
+      "tokens in whole blocks, as TensorRT-LLM's AttnLifeCycle keys it (keyed by raw sink tokens, layers whose "
+      "sinks fill the same blocks got a pool each; vLLM PR #14097: windows dropped, sliding layers kept every page)")
+def life_cycle(window: int | None, sink_tokens: int, tpb: int) -> tuple:
+    return window, ceil_div(sink_tokens, tpb)
+
+
+@seam("the order life cycles are numbered in: first seen first, as TensorRT-LLM's LifeCycleRegistry numbers them, "
+      "so a pool_ratio copied from a real config weights the same groups")
+def life_cycle_order(keys: list) -> list:
+    return keys
+
+
+@seam("the oldest token a future query of a sliding layer reads at this history: the in-flight token's window "
+      "(TensorRT-LLM PR #6768; docs/semantics.md 2.1: a block released one token early is read after it is freed)")
+def window_first_token(history: int, window: int) -> int:
+    return history + 1 - window
+
+
+@seam("the most blocks of a window one request holds, sinks aside: an unaligned window plus one block, one batch "
+      "in flight (vLLM issue #49878: a second in-flight batch charged to every sliding pool)")
+def window_bound_blocks(window: int, tpb: int) -> int:
+    return ceil_div(window, tpb) + 1
+
+
+# ---- pool sizing (kvcm/manager_v1.py, manager_v2.py) ------------------------------------------------------------
+@seam("V1's blocks for kv_cache_config.max_tokens: whole blocks only, as TensorRT-LLM's calculate_max_num_blocks "
+      "floors max_tokens // tokens_per_block")
+def v1_blocks_for_max_tokens(max_tokens: int, tpb: int) -> int:
+    return max_tokens // tpb
+
+
+@seam("generic V2's constraint floors: the context (chunked-prefill) one of max_num_tokens + E, and no longest "
+      "decode, which is DeepSeek-V4's alone (TensorRT-LLM PR #16173 / PR #19213)")
+def generic_v2_constraints(limits) -> list:
+    from .constraints import generic_constraints
+
+    return generic_constraints(limits)
+
+
+@seam("the constraint floors kept when kv_cache_config.pool_ratio is set: none, the ratio is used as given "
+      "(TensorRT-LLM PR #19213's explicit opt-out)")
+def pool_ratio_floors(named: list) -> list:
+    return []
+
+
+@seam("the byte budget's split between a target's and a draft model's caches: in proportion to their KV bytes per "
+      "token, so both hold as many tokens (TensorRT-LLM PR #12188: each claimed the whole budget); the draft's share "
+      "rounded down, the target keeping the rest (_util.py _compute_draft_budget_shares: slope_budget * draft_slope "
+      "// slope_total); rounding the target's down instead gave the draft a byte, at a block boundary a block, more")
+def draft_budget_shares(total: int, target_bytes_per_token: int, draft_bytes_per_token: int) -> tuple[int, int]:
+    draft = total * draft_bytes_per_token // (target_bytes_per_token + draft_bytes_per_token)
+    return total - draft, draft
+
+
+# ---- DeepSeek-V4's cached layers (kvcm/deepseek_v4.py; TensorRT-LLM's deepseek_v4/cache_manager.py) -------------
+@seam("how many MTP layers DeepSeek-V4 caches beside its own: max_draft_len - 1, repeating the last layer's ratio "
+      "(DeepseekV4CacheManager.__init__)")
+def v4_mtp_layers(max_draft_len: int) -> int:
+    return max(0, max_draft_len - 1)
+
+
+@seam("how much wider a compressor's fp32 states are than its head: twice for the overlapping ratio-4 one "
+      "(get_attn_dim: state_factor 2 for is_overlap_compressor)")
+def v4_state_factor(ratio: int) -> int:
+    return 2 if ratio == 4 else 1
+
+
+@seam("the bytes of one compressed indexer key: fp8 values and an fp32 scale per 128 (fp4: packed E2M1 values and "
+      "a byte per 32), get_token_bytes for INDEXER_COMPRESS")
+def v4_indexer_entry_bytes(index_head_dim: int, indexer_k_dtype: str) -> int:
+    ihd = index_head_dim
+    return ihd + ihd // 128 * 4 if indexer_k_dtype == "fp8" else ihd // 2 + ihd // 32
+
+
+# ---- available tokens (get_num_available_tokens) ----------------------------------------------------------------
+@seam("the slots beyond the answer a request of the answer's length holds: the extra KV tokens and the draft "
+      "tokens (TensorRT-LLM PR #17162: drafts left out, spec-decode dummies overflowed the pool)")
+def available_extra(num_extra_kv_tokens: int, num_draft_tokens: int) -> int:
+    return num_extra_kv_tokens + num_draft_tokens
+
+
+@seam("the capacity V2's clamp is asked for: the bound plus the extra slots, so a bound that fits comes back "
+      "whole (TensorRT-LLM PR #13935 clamped the bound itself)")
+def clamp_bound(token_num_upper_bound: int, extra: int) -> int:
+    return token_num_upper_bound + extra
+
+
+@seam("the blocks of one pool V2's clamp gives the batch's long request: the pool's total less the short "
+      "requests' blocks (clamp_max_seq_len_for_mem starts from storage.num_slots; from the free blocks, warmup's "
+      "short dummies were taken away twice)")
+def clamp_blocks(num_blocks: int, num_free: int, short_blocks: int) -> int:
+    return num_blocks - short_blocks
+
+
+@seam("the blocks the clamp's long request needs in one group: its capacity less the window blocks already stale "
+      "(vLLM PR #40946: a sliding-window gate budgeting the full sequence refused requests that fit)")
+def clamp_blocks_needed(group, capacity: int, history: int, tpb: int) -> int:
+    return group.blocks_needed(capacity, history, tpb)
+
+
+# ---- dummy requests (add_dummy_requests, kvcm/warmup.py) ---------------------------------------------------------
+@seam("a dummy call checked whole before anything is placed: (request_ids, token_nums, is_gen, drafts, reserve) "
+      "as lists and counts, or a ConfigError naming the field")
+def checked_dummy_call(request_ids, token_nums, is_gen, max_num_draft_tokens, kv_reserve_draft_tokens,
+                       max_seq_len: int) -> tuple:
+    from .validation import dummy_call
+
+    return dummy_call(request_ids, token_nums, is_gen, max_num_draft_tokens, kv_reserve_draft_tokens, max_seq_len)
+
+
+@seam("the dummies a failed call releases, raised or out of pages: every one it made (TensorRT-LLM PR #17162 "
+      "leaked those before the failing one)")
+def dummies_released(made: list, raised: bool) -> list:
+    return made
+
+
+@seam("the draft slots a dummy holds beyond token_num + E: the reservation asked, none more (TensorRT-LLM PR "
+      "#19213: generation dummies one token too large skipped page-boundary shapes)")
+def dummy_draft_slots(reserve: int, is_gen: bool) -> int:
+    return reserve
+
+
+@seam("the draft slots warmup's dummies reserve: the shape's draft length unless the caller says otherwise "
+      "(vLLM PR #50531 / #51438: warmup without the spec-decode lookahead)")
+def warmup_draft_reserve(draft_len: int, kv_reserve_draft_tokens: int | None) -> int:
+    return draft_len if kv_reserve_draft_tokens is None else kv_reserve_draft_tokens
+
+
+@seam("the final cache's config once the estimation cache is described and released: the user's own (TensorRT-LLM "
+      "PR #15881: V2's max_tokens capped by the estimation run's dummy tokens)")
+def final_cache_config(kv_cache_config, estimation: dict | None, report):
+    return kv_cache_config
+
+
+# ---- the engine's scheduler and drafter (kvcm/engine) ------------------------------------------------------------
+@seam("whether preempting a request frees its pages in the draft model's cache too (TensorRT-LLM PR #18093: "
+      "target and draft released together)")
+def preempt_frees_draft(has_draft_cache: bool) -> bool:
+    return has_draft_cache
+
+
+@seam("where the draft model's first forward of a step starts: its own history, so it is fed every committed "
+      "token it lacks (vllm-metal PR #716 fed only the last one)")
+def draft_catch_up_start(history: int, num_tokens: int) -> int:
+    return history
+
+
+@seam("whether a request is retired when its step is committed, before its token is read: when the token "
+      "reaches max_new_tokens or max_seq_len (vLLM PR #27922: async scheduling ran one step past max_tokens)")
+def retire_at_commit(num_outputs: int, max_new_tokens: int, num_tokens: int, max_seq_len: int) -> bool:
+    return num_outputs >= max_new_tokens or num_tokens >= max_seq_len
 
 
 # ---- block reuse (kvcm/reuse) ------------------------------------------------------------------------------------
@@ -182,11 +339,4 @@ def cuda_graph_powers_of_two(max_batch_size: int) -> list[int]:
 
     return [2**i for i in range(8, math.ceil(math.log(max_batch_size, 2)))]
 
-
-# ---- one budget for a target and a draft cache (kvcm/draft_budget.py) -----------------------------------------
-@seam("the draft cache's bytes of a split budget: its per-token share rounded down, the target keeping the rest "
-      "(TensorRT-LLM _util.py _compute_draft_budget_shares: slope_budget * draft_slope // slope_total); rounding "
-      "the target's share down instead gave the draft a byte, and at a block boundary a block, more than upstream")
-def draft_budget_share(total_bytes: int, target_bytes_per_token: int, draft_bytes_per_token: int) -> int:
-    return total_bytes * draft_bytes_per_token // (target_bytes_per_token + draft_bytes_per_token)
 

@@ -123,6 +123,24 @@ def request_id_list(field: str, values) -> list:
     return out
 
 
+def dummy_call(request_ids, token_nums, is_gen, max_num_draft_tokens, kv_reserve_draft_tokens,
+               max_seq_len: int) -> tuple[list, list[int], bool, int, int]:
+    """``add_dummy_requests``' whole call, checked before anything is placed: the ids as a list, one token count
+    each (default ``1 + drafts``) in ``[1, max_seq_len]``, and the draft reservation (default: the drafts)."""
+    request_ids = request_id_list("request_ids", request_ids)
+    is_gen = flag("is_gen", is_gen)
+    drafts = count("max_num_draft_tokens", max_num_draft_tokens)
+    reserve = drafts if kv_reserve_draft_tokens is None else count("kv_reserve_draft_tokens", kv_reserve_draft_tokens)
+    if token_nums is None:
+        return request_ids, [1 + drafts] * len(request_ids), is_gen, drafts, reserve
+    if isinstance(token_nums, (str, bytes)) or not hasattr(token_nums, "__len__"):
+        raise ConfigError("token_nums", token_nums, "must be a list with one token count per request id")
+    if len(token_nums) != len(request_ids):
+        raise ConfigError("token_nums", len(token_nums), f"must have one entry per request id ({len(request_ids)})")
+    token_nums = [count("token_nums", t, 1, max_seq_len, "max_seq_len") for t in token_nums]
+    return request_ids, token_nums, is_gen, drafts, reserve
+
+
 # ---- config dataclasses (pydantic) -----------------------------------------------------------------------------
 def _integer(value):
     return _as_int("value", value)

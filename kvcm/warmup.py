@@ -129,7 +129,7 @@ def plan_warmup(manager, *, batch_sizes=None, draft_lens=None, two_model: bool =
     for shape in warmup_shapes(manager, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model):
         report.planned.append(shape)
         bs, dl = shape.batch_size, shape.draft_len
-        k = dl if kv_reserve_draft_tokens is None else kv_reserve_draft_tokens
+        k = seams.warmup_draft_reserve(dl, kv_reserve_draft_tokens)
         ids = [("warmup", cache, bs, dl, i) for i in range(bs)]
         free_before = manager.get_num_free_blocks()
         shorts = manager.add_dummy_requests(ids[:-1], is_gen=True, max_num_draft_tokens=dl,

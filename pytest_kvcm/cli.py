@@ -3,7 +3,8 @@
 * ``sensitivity``: run a lane once clean and once per registered defect; fail if one goes uncaught.
 * ``dashboard``: render the results store as one HTML file.
 
-``kvcm sensitivity`` and ``kvcm dashboard`` forward here, so the library never imports the plugin on its own.
+The plugin registers both as ``kvcm`` commands too (the ``kvcm.commands`` entry-point group of pyproject.toml:
+:func:`sensitivity_command`, :func:`dashboard_command`), so the library finds them without importing the plugin.
 """
 
 from __future__ import annotations
@@ -60,12 +61,15 @@ def main(argv: list[str] | None = None, prog: str = "pytest-kvcm") -> int:
         return 2
     command, rest = argv[0], argv[1:]
     if command == "dashboard":
-        from .dashboard import main as dashboard_main
+        return dashboard_command(rest, f"{prog} dashboard")
+    return sensitivity_command(rest, f"{prog} sensitivity")
 
-        return dashboard_main(rest, prog=f"{prog} dashboard")
+
+def sensitivity_command(argv: list[str], prog: str) -> int:
+    """``kvcm sensitivity`` / ``pytest-kvcm sensitivity``."""
     from .sensitivity import main as sensitivity_main
 
-    return sensitivity_main(_sensitivity_parser(f"{prog} sensitivity").parse_args(_joined(rest, "--pytest-args")))
+    return sensitivity_main(_sensitivity_parser(prog).parse_args(_joined(argv, "--pytest-args")))
 
 
 def _joined(argv: list[str], option: str) -> list[str]:
@@ -80,6 +84,13 @@ def _joined(argv: list[str], option: str) -> list[str]:
             out.append(argv[i])
             i += 1
     return out
+
+
+def dashboard_command(argv: list[str], prog: str) -> int:
+    """``kvcm dashboard`` / ``pytest-kvcm dashboard``."""
+    from .dashboard import main as dashboard_main
+
+    return dashboard_main(argv, prog=prog)
 
 
 if __name__ == "__main__":

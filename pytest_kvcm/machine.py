@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from .lanes.file_format import read_text
+
 ENV_MACHINE = "KVCM_MACHINE_JSON"
 #: set by the sharding sub-plugin on an xdist worker: the CUDA_VISIBLE_DEVICES value before narrowing
 ENV_HOST_DEVICES = "KVCM_HOST_CUDA_VISIBLE_DEVICES"
@@ -240,3 +242,19 @@ def host_machine_for(config: pytest.Config) -> MachineInfo:
         sent = getattr(config, "workerinput", {}).get("kvcm_machine")
         config.stash[_STASH_HOST] = MachineInfo.from_dict(sent) if sent else machine_for(config)
     return config.stash[_STASH_HOST]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A simulated machine (``--kvcm-machine`` / the environment) checked when pytest starts, before a lane
+    condition first reads it."""
+    override = override_text(config)
+    if override is None:
+        return
+    text, source = override
+    if not text.strip().startswith("{") and Path(text.strip()).is_file():
+        read_text(Path(text.strip()), f"{source}={text.strip()}")  # not UTF-8: a usage error naming the file
+    try:
+        from_override(text, source=source)
+    except (ValueError, TypeError) as e:
+        raise pytest.UsageError(f"{source}={text.strip()!r}: {e}") from None

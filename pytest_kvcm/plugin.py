@@ -2,7 +2,9 @@
 
 Like pytest-xdist, the plugin is a set of small sub-plugins, one concept each; this module only names them
 so that pytest registers their options, markers, fixtures and hooks. A module comes before the ones that
-import it, so that pytest can rewrite its asserts when loaded through ``-p``.
+import it, so that pytest can rewrite its asserts when loaded through ``-p``. Each sub-plugin checks its own
+options and input files when pytest starts (a ``tryfirst`` ``pytest_configure``), so a bad value stops the run
+with a ``pytest.UsageError`` naming it rather than surfacing minutes later from the first test that reads it.
 """
 
 pytest_plugins = [
@@ -22,5 +24,4 @@ pytest_plugins = [
     "pytest_kvcm.accuracy.plugin",  # --kvcm-accuracy, --kvcm-gsm8k, gate fixtures
     "pytest_kvcm.results",  # --kvcm-results, the SQLite results store
     "pytest_kvcm.progress",  # the kvcm_progress fixture: bars that show while output is captured
-    "pytest_kvcm.startup_checks",  # every option and input file checked at start-up
 ]

@@ -283,7 +283,9 @@ def _run_id(config: pytest.Config) -> str:
     return os.environ.get("KVCM_RUN_ID") or new_run_id()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    check_results_option(config)
     config.stash[RUN_ID_KEY] = _run_id(config)
     config.stash[STORE_KEY] = None
 
@@ -359,3 +361,15 @@ class Recorder:
 def kvcm_results(request: pytest.FixtureRequest) -> Recorder:
     """Record a metric of this test: ``kvcm_results.record(metric="parity.first_diff", value=..., ...)``."""
     return Recorder(request)
+
+
+def check_results_option(config: pytest.Config) -> None:
+    """``--kvcm-results`` checked when pytest starts: a directory, a file that is not SQLite or holds another
+    schema, a read-only file or a path that cannot be created is a usage error naming it (``store_problem``),
+    not a trace from ``sqlite3`` at the first record."""
+    path = results_path(config)
+    if path is None:
+        return
+    problem = store_problem(path, write=True)
+    if problem:
+        raise pytest.UsageError(f"--kvcm-results={path}: {problem}")

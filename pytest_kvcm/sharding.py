@@ -115,6 +115,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser, args) -> 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    gpus_per_worker(config)     # a bad option or ini value stops the run when pytest starts, worker or not
     shard(config)
 
 

@@ -28,6 +28,11 @@ def pytest_addoption(parser):
     parser.addini("kvcm_version", "default for --kvcm-version", default="auto")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config) -> None:
+    selected_versions(config)   # a bad --kvcm-version / ini value stops the run when pytest starts
+
+
 def selected_versions(config) -> list[str]:
     choice = config.getoption("kvcm_version") or config.getini("kvcm_version") or "auto"
     if choice not in CHOICES:

@@ -66,10 +66,6 @@ def set_context(ctx: AttentionContext | None) -> None:
     _CTX = ctx
 
 
-def get_context() -> AttentionContext | None:
-    return _CTX
-
-
 def _layer_window(module, kwargs) -> int | None:
     w = kwargs.get("sliding_window", None)
     if w is None:

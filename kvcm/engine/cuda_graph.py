@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import seams
 from ..estimation import engine_estimation_config, estimate
 from ..units import ceil_div
 from ..warmup import plan_warmup
@@ -261,13 +262,13 @@ def build_cache(model, device, make_manager, kv_cache_config, plan: GraphPlan | 
     """One model's cache, one way: with a graph plan (and no ready ``manager``) warm up on the estimation
     cache (``kvcm.estimation.estimate``) and free it; then the final manager ``make_manager(kv_cache_config)``,
     its runner, and with a plan its graphs. Target and draft caches are built the same way."""
-    reports = []
+    reports, described = [], None
     if plan is not None and manager is None:
         est_cfg = engine_estimation_config(kv_cache_config, max_seq_len, device)
-        _, report = estimate(make_manager, est_cfg, warm=_warm_eagerly(model, device, plan))
+        described, report = estimate(make_manager, est_cfg, warm=_warm_eagerly(model, device, plan))
         reports.append(report)
     if manager is None:
-        manager = make_manager(kv_cache_config)
+        manager = make_manager(seams.final_cache_config(kv_cache_config, described, reports[0] if reports else None))
     runner = ModelRunner(model, manager, device, tracer)
     graphs = None
     if plan is not None:

@@ -16,14 +16,11 @@ Both fill in exactly ``D`` tokens for every sequence, so a batch keeps one verif
 """
 from __future__ import annotations
 
-import torch
-
-from .. import validation
+from .. import seams, validation
 from . import reuse as _reuse
 from . import sampler
 from .ngram import NgramDrafter, NgramPool  # noqa: F401  (drafters, one import)
 from .runner import ModelRunner, StepItem
-from .spec_stats import SpecStats
 
 
 class ModelDrafter:
@@ -35,7 +32,7 @@ class ModelDrafter:
         self.history: dict[object, int] = {}     # tokens with KV in the draft's cache, per request
         self.admitted: dict[object, int] = {}    # tokens the draft's manager was made with (block reuse)
         self.reuse = False                       # set by the engine: admit with token ids (``reuse.py``)
-        self.stats = SpecStats(name)
+        self.name = name
 
     # ---- capacity, mirrored from the scheduler's calls on the target ----------------------------------------
     def begin_chunk(self, seq, start: int, n: int) -> None:
@@ -105,7 +102,7 @@ class ModelDrafter:
     def _catch_up(self, seq) -> StepItem:
         """The step's first draft forward for ``seq``: every token the draft's cache lacks (1, or 2 after a step
         that accepted every draft), so its proposals see the whole committed text."""
-        h = self.history[seq.request_id]
+        h = seams.draft_catch_up_start(self.history[seq.request_id], seq.num_tokens)
         return StepItem(seq.request_id, seq.token_ids[h:], h, decode=True)
 
     def draft(self, seqs, items: list[StepItem]) -> None:
@@ -128,7 +125,3 @@ class ModelDrafter:
         for (_, it), p in zip(dec, proposals):
             it.token_ids[1:] = p[:it.num_logits - 1]
 
-
-def draft_runner(model, manager, device, tracer=None) -> ModelRunner:
-    """The draft model's runner over its own manager (the draft shares the target's tokenizer)."""
-    return ModelRunner(model.to(device).eval(), manager, torch.device(device), tracer)

@@ -165,7 +165,9 @@ class LLM:
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.reuse = self.enable_block_reuse and _reuse.can_reuse(self.drafter.manager)
         self.reuse_stats = _reuse.ReuseStats()
-        self.pipeline = StepPipeline(self, overlap=overlap)
+        self.spec_stats = None        # the drafter's acceptance (``spec_stats.SpecStats``) in the last generate
+        self.num_preemptions = 0      # requests preempted by recompute in the last generate
+        self.pipeline = StepPipeline(self.runner, self.graphs, overlap=overlap and max_draft_len == 0)
         log.info("%r", self)
 
     def _reuse_flag(self, asked) -> bool:
@@ -209,14 +211,9 @@ class LLM:
         """Drop graphs and give the engine's own pages (the graph pad request) back to the managers."""
         if self.graphs is not None:
             self.graphs.release()
-            self.graphs = None
+            self.graphs = self.pipeline.graphs = None
         if self.drafter is not None:
             self.drafter.close()
-
-    @property
-    def spec_stats(self):
-        """The drafter's acceptance figures (``drafters.SpecStats``) for the last ``generate``; None without one."""
-        return self.drafter.stats if self.drafter is not None else None
 
     @property
     def page_usage(self) -> list[_page_usage.GroupUsage]:
@@ -240,18 +237,17 @@ class LLM:
         scheduler = Scheduler(self.manager, self.limits, eos_token_ids=self.eos_token_ids,
                               tokenizer=self.tokenizer, drafter=self.drafter, reuse=self.enable_block_reuse,
                               on_finish=on_finish)
-        self.reuse_stats = scheduler.reuse_stats
-        if self.drafter is not None:
-            self.drafter.stats = type(self.drafter.stats)(self.drafter.stats.name)
+        # the last generate's figures, each kept by the scheduler that ran it
+        self.reuse_stats, self.spec_stats = scheduler.reuse_stats, scheduler.spec_stats
         seqs = []
         for i, prompt in enumerate(prompts):
             seq = Sequence(prompt, params, index=i)
             scheduler.add(seq)
             seqs.append(seq)
-        self.last_scheduler = scheduler
         _page_usage.reset(self.manager)
         started = time.perf_counter()
         self.pipeline.run(scheduler)
+        self.num_preemptions = scheduler.num_preemptions
         return [self._output(s, started) for s in seqs]
 
     def _output(self, seq: Sequence, started: float) -> RequestOutput:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from .. import validation
 from .runner import StepItem
-from .spec_stats import SpecStats
 
 #: TensorRT-LLM's ``NGramDecodingConfig`` defaults.
 MAX_MATCHING_NGRAM_SIZE = 2
@@ -124,7 +123,7 @@ class NgramDrafter:
         self.start_index: dict[object, int] = {}      # tokens of each request the pool has learned already
         self.num_proposed = 0
         kind = "pool" if is_public_pool else "private"
-        self.stats = SpecStats(f"ngram-{kind}-n{max_matching_ngram_size}")
+        self.name = f"ngram-{kind}-n{max_matching_ngram_size}"
 
     def pool(self, request_id) -> NgramPool:
         if self.public is not None:

@@ -62,11 +62,14 @@ class InFlight:
 
 
 class StepPipeline:
-    def __init__(self, llm, *, overlap: bool):
-        self.llm = llm
-        self.overlap = overlap and llm.max_draft_len == 0
-        self.cuda = llm.device.type == "cuda"
-        rows = llm.runner.last_tokens.numel()
+    def __init__(self, runner, graphs=None, *, overlap: bool):
+        """``runner``: the target's ``ModelRunner``; ``graphs``: its ``StepGraphs`` when steps replay (None
+        otherwise; ``close`` drops them); ``overlap``: launch each step before the previous one completes
+        (the engine asks it only without a drafter)."""
+        self.runner, self.graphs = runner, graphs
+        self.overlap = overlap
+        self.cuda = runner.device.type == "cuda"
+        rows = runner.last_tokens.numel()
         # two pinned host buffers for the tokens: step n + 1's copy must not overwrite step n's before it is
         # read. Flat, so a step's [2, k] view is contiguous: a copy into a strided view goes through a pageable
         # temporary, which waits for the GPU.
@@ -101,7 +104,7 @@ class StepPipeline:
     def _launch(self, scheduler: Scheduler) -> InFlight:
         seqs, items = scheduler.schedule()
         scheduler.draft(seqs, items)
-        runner, graphs = self.llm.runner, self.llm.graphs
+        runner, graphs = self.runner, self.graphs
         static = graphs.pick(items) if graphs is not None else None
         if static is not None:
             packed, k = graphs.launch(static, items)

@@ -117,11 +117,10 @@ class ModelRunner:
         return out.last_hidden_state[0]
 
     def resolve_placeholders(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Input ids with each placeholder (``scheduler.placeholder(row)``, negative) replaced by the token the
+        """Input ids with each placeholder (:func:`placeholders`, negative) replaced by the token the
         previous step sampled for that logit row: the host schedules a step before it has read the last one's
         tokens, and the device, which has them, fills them in."""
-        rows = (-1 - input_ids).clamp(min=0)
-        return torch.where(input_ids < 0, self.last_tokens[rows], input_ids)
+        return torch.where(input_ids < 0, self.last_tokens[placeholder_rows(input_ids)], input_ids)
 
     def publish(self, packed: torch.Tensor, n: int) -> None:
         """Keep the first ``n`` sampled tokens of a step (``sampler.greedy_packed`` output) on the device for
@@ -155,3 +154,21 @@ class ModelRunner:
     def run_dummy_decode(self, dummies) -> torch.Tensor:
         """A warmup forward on dummy requests (what CUDA-graph warmup runs before capture)."""
         return self.run(self.dummy_items(dummies))
+
+
+def placeholders(n: int) -> range:
+    """The stand-in token ids of logit rows ``0 .. n - 1`` of the step in flight: negative, so never a real id.
+    The scheduler writes them (``Scheduler.commit``, indexing this range rather than calling per sequence) and
+    the runner swaps each for its row's sampled token on the device (``ModelRunner.resolve_placeholders``,
+    through :func:`placeholder_rows`): the encoding lives here alone."""
+    return range(-1, -1 - n, -1)
+
+
+def placeholder(row: int) -> int:
+    """The stand-in token id of logit row ``row`` (:func:`placeholders`)."""
+    return placeholders(row + 1)[row]
+
+
+def placeholder_rows(input_ids: torch.Tensor) -> torch.Tensor:
+    """The logit row each placeholder of ``input_ids`` stands for (0 where an id is a real token)."""
+    return (-1 - input_ids).clamp(min=0)

@@ -30,11 +30,13 @@ import time
 
 from collections import deque
 
+from .. import seams
 from ..errors import OutOfPagesError
 from ..limits import Limits
 from . import reuse as _reuse
-from .runner import StepItem
+from .runner import StepItem, placeholders
 from .sequence import Sequence, Status
+from .spec_stats import SpecStats
 
 
 class Scheduler:
@@ -58,6 +60,7 @@ class Scheduler:
         self.reuse = reuse
         self.reuse_stats = _reuse.ReuseStats()
         self.on_finish = on_finish
+        self.spec_stats = SpecStats(drafter.name) if drafter is not None else None   # acceptance of this run
 
     max_batch_size = property(lambda self: self.limits.max_batch_size)
     max_seq_len = property(lambda self: self.limits.max_seq_len)
@@ -77,19 +80,19 @@ class Scheduler:
     # ---- scheduling ------------------------------------------------------------------------------------------
     def _preempt(self, victim: Sequence) -> None:
         self.running.remove(victim)
-        self._release(victim)
+        self._release(victim, draft=seams.preempt_frees_draft(self.drafter is not None))
         victim.reset_for_recompute()
         self.waiting.appendleft(victim)
         self.num_preemptions += 1
 
-    def _release(self, seq: Sequence) -> None:
-        """Free the sequence's pages on the target's and the drafter's caches (telling a manager that reuses
-        the tokens it generated first, so it can store their blocks)."""
+    def _release(self, seq: Sequence, *, draft: bool = True) -> None:
+        """Free the sequence's pages on the target's and (``draft``) the drafter's caches, telling a manager that
+        reuses the tokens it generated first, so it can store their blocks."""
         if self.mgr.has_request(seq.request_id):
             if seq.admitted_len is not None:
                 _reuse.append_generated(self.mgr, seq.request_id, seq.token_ids, seq.admitted_len)
             self.mgr.free_resources(seq.request_id)
-        if self.drafter is not None:
+        if draft and self.drafter is not None:
             self.drafter.free(seq)
 
     def _decode_grow(self, seq: Sequence, k: int):
@@ -231,16 +234,17 @@ class Scheduler:
     def commit(self, seqs: list[Sequence], items: list[StepItem]) -> list[tuple[Sequence, int]]:
         """The step's bookkeeping that needs no token values, done once it is launched: the manager's
         ``end_context_chunk`` / ``end_generation`` and each sequence's computed count. Each sequence that gets a
-        token this step gets a placeholder in its outputs (:func:`placeholder` of its logit row), so the next
+        token this step gets a placeholder in its outputs (``runner.placeholders``, of its logit row), so the next
         step can be scheduled before the token is known. A sequence that reaches its length limit with it is
         retired now (its pages freed); the stop reason is decided by :meth:`complete`. Returns the
         ``(sequence, output position)`` of each logit row, in row order."""
         pending = []
-        end_generation, at_length_limit, nan = self.mgr.end_generation, self._at_length_limit, float("nan")
+        end_generation, retire, nan = self.mgr.end_generation, seams.retire_at_commit, float("nan")
+        max_seq_len, stand_in = self.limits.max_seq_len, placeholders(len(items))
         for seq, item in zip(seqs, items):
             out = seq.output_token_ids
             if item.decode:
-                out.append(-1 - len(pending))     # placeholder(row), inline: this runs per sequence per step
+                out.append(stand_in[len(pending)])
                 num_tokens = len(seq.prompt_token_ids) + len(out)
                 end_generation(seq.request_id, num_tokens)
                 seq.num_computed = num_tokens - 1
@@ -249,11 +253,11 @@ class Scheduler:
                 self.mgr.end_context_chunk(seq.request_id, seq.num_computed)
                 if not item.want_logits:
                     continue
-                out.append(placeholder(len(pending)))
+                out.append(stand_in[len(pending)])
             seq.logits_margins.append(nan)
             pos = len(out) - 1
             pending.append((seq, pos))
-            if at_length_limit(seq, pos):
+            if retire(pos + 1, seq.params.max_new_tokens, len(seq.prompt_token_ids) + pos + 1, max_seq_len):
                 self._retire(seq)
         return pending
 
@@ -301,7 +305,7 @@ class Scheduler:
                 self.mgr.end_generation(rid, length + a + 1, num_draft=reserved, num_accepted=a)
                 if reserved:
                     self.drafter.end_decode(seq, length, a)
-                    self.drafter.stats.record(k, a)
+                    self.spec_stats.record(k, a)
                 seq.num_computed = length + a
                 want, wmargins = want[:a + 1], wmargins[:a + 1]
             else:
@@ -319,10 +323,6 @@ class Scheduler:
                     break
         return finished
 
-    def postprocess(self, seqs: list[Sequence], items: list[StepItem], tokens: list[int], margins: list[float]):
-        """``commit`` then ``complete``: one step whose tokens are already known. Returns the finished ones."""
-        return self.complete(self.commit(seqs, items), tokens, margins)
-
     def _retire(self, seq: Sequence) -> None:
         """Take a stopping sequence out of the queues and free its pages (once)."""
         first = seq.status is not Status.FINISHED
@@ -339,9 +339,6 @@ class Scheduler:
         """Draft slots a verification of ``seq`` reserves: ``D``, fewer near ``max_seq_len``. ``verify`` rewinds
         exactly these, even when the drafter proposed nothing and the step ran as a plain decode."""
         return min(self.num_draft, self.limits.max_seq_len - seq.num_tokens)
-
-    def _at_length_limit(self, seq: Sequence, pos: int) -> bool:
-        return pos + 1 >= seq.params.max_new_tokens or len(seq.prompt_token_ids) + pos + 1 >= self.limits.max_seq_len
 
     def _check_stop(self, seq: Sequence, pos: int) -> bool:
         """Whether output ``pos`` (the newest resolved one) stops ``seq``; sets its finish reason."""
@@ -368,8 +365,3 @@ class Scheduler:
                 return True
         return False
 
-
-def placeholder(row: int) -> int:
-    """The stand-in token id for logit row ``row`` of the step in flight (negative, so never a real id); the
-    runner swaps it for that row's sampled token on the device (``ModelRunner.resolve_placeholders``)."""
-    return -1 - row

@@ -92,13 +92,3 @@ def load_gemma3(dtype: torch.dtype = torch.float32, device: str | torch.device =
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=attn_implementation)
     model.to(device).eval()
     return model, tok
-
-
-def require_gemma3(**kwargs):
-    """``load_gemma3`` for tests: ``pytest.skip`` naming the install line when the model is not installed."""
-    import pytest
-
-    try:
-        return load_gemma3(**kwargs)
-    except ModelNotInstalled as exc:
-        pytest.skip(str(exc))

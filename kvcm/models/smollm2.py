@@ -130,13 +130,3 @@ def load_smollm2(dtype: torch.dtype = torch.float32, device: str | torch.device 
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model, tok
-
-
-def require_smollm2(**kwargs):
-    """``load_smollm2`` for tests: ``pytest.skip`` with the install hint when the model is not installed."""
-    import pytest
-
-    try:
-        return load_smollm2(**kwargs)
-    except ModelNotInstalled as exc:
-        pytest.skip(str(exc))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from . import option_checks
 from .gate import MODES, SMOKE_SAMPLES, AccuracyGate
 from .gsm8k import EMBEDDED, NUM_FEWSHOT, evaluate_gsm8k, load_gsm8k
 from .references import ReferenceError, lookup_reference
@@ -55,7 +56,10 @@ def reference_dir(config: pytest.Config) -> Path | None:
     return local if local.is_dir() else None  # None: the package's checkout (references.default_reference_dir)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    option_checks.check_gsm8k(config)
+    option_checks.check_references(config)
     config.stash[_DATA] = {}
     if not hasattr(config, "workerinput"):  # the controller prints; workers only report
         config.pluginmanager.register(_MeasuredEntries(), "kvcm-accuracy-measured")

@@ -11,13 +11,19 @@ in turn (``seed`` first, the rest by name) and every ``Defect`` at its top level
 module defines them. A new module needs nothing else::
 
     # pytest_kvcm/defects/my_source.py
+    from kvcm import seams
+
     from ._registry import defect
 
     @defect("short-name", upstream="vLLM PR #12345",
             story="what broke and what a user saw, in one line",
             catchers=("suites/managers/test_x.py::test_y",))   # tests expected to fail with it injected
     def short_name(mp):                                          # mp: a pytest.MonkeyPatch, undone after the run
-        mp.setattr(SomeClass, "method", broken_method)
+        seams.replace(mp, "the_seam", lambda ...: ...)          # the one decision the bug got wrong
+
+A built-in defect replaces seams of ``kvcm/seams.py`` and nothing else (``suites/plugin/test_defect_seams.py``):
+where the decision a bug lived in is not a seam yet, make it one there, called by the code that makes it, rather
+than patching a private method, restating its body or looking a name up in ``sys.modules``.
 
 ``catchers`` are node-id prefixes; ``kvcm sensitivity`` runs just those (fast mode) and fails unless each
 defect is caught by at least two tests. Users register defects of their own from a plugin or ``conftest.py``

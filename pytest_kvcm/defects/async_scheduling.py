@@ -5,6 +5,8 @@ What it may not know then is whether a token stopped a request; what it does kno
 
 from __future__ import annotations
 
+from kvcm import seams
+
 from ._registry import defect
 
 
@@ -15,6 +17,4 @@ from ._registry import defect
         catchers=("suites/engine/test_overlap.py::test_no_step_past_a_length_limit",))
 def async_scheduling_past_max_tokens(mp):
     """The length limit is no longer applied when a step is committed, only when its tokens are read."""
-    from kvcm.engine.scheduler import Scheduler
-
-    mp.setattr(Scheduler, "_at_length_limit", lambda self, seq, pos: False)
+    seams.replace(mp, "retire_at_commit", lambda num_outputs, max_new_tokens, num_tokens, max_seq_len: False)

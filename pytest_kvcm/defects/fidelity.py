@@ -6,6 +6,9 @@ Every defect here is a place where kvcm's numbers left TensorRT-LLM's; the fix m
 
 from __future__ import annotations
 
+from kvcm import seams
+from kvcm.units import ceil_div
+
 from ._registry import defect
 
 
@@ -17,24 +20,7 @@ from ._registry import defect
         catchers=("suites/managers/test_page_boundary.py", "suites/conformance/test_conformance_available_tokens.py"))
 def available_tokens_from_free_blocks(mp):
     """V2's clamp took the batch's short requests away from the *free* blocks, which already lacked them."""
-    from kvcm.layer_groups import ceil_div
-    from kvcm.manager_v2 import KVCacheManagerV2
-
-    def clamp(self, batch_size, upper, extra):
-        tpb = self.tokens_per_block
-        avail = [pool.num_free - (batch_size - 1) for pool in self.pools]
-        if any(a < 1 for a in avail):
-            return 0
-
-        def fits(capacity):
-            history = max(0, capacity - extra - 1)
-            return all(g.blocks_needed(capacity, history, tpb) <= a for g, a in zip(self.layer_groups, avail))
-
-        if fits(upper):
-            return upper
-        return max((b * tpb for b in range(ceil_div(upper, tpb)) if fits(b * tpb)), default=0)
-
-    mp.setattr(KVCacheManagerV2, "_clamp", clamp)
+    seams.replace(mp, "clamp_blocks", lambda num_blocks, num_free, short_blocks: num_free - short_blocks)
 
 
 @defect("v4-compressor-not-overlapped",
@@ -44,9 +30,7 @@ def available_tokens_from_free_blocks(mp):
               "pool half the bytes TensorRT-LLM gives it",
         catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas.py"))
 def v4_compressor_not_overlapped(mp):
-    from kvcm.deepseek_v4 import DeepseekV4Spec
-
-    mp.setattr(DeepseekV4Spec, "state_factor", staticmethod(lambda ratio: 1))
+    seams.replace(mp, "v4_state_factor", lambda ratio: 1)
 
 
 @defect("v4-indexer-keys-bf16",
@@ -55,9 +39,7 @@ def v4_compressor_not_overlapped(mp):
         story="DeepSeek-V4's compressed indexer keys stored as bf16 (256 bytes an entry, not 132)",
         catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas.py"))
 def v4_indexer_keys_bf16(mp):
-    from kvcm.deepseek_v4 import DeepseekV4Spec
-
-    mp.setattr(DeepseekV4Spec, "indexer_entry_bytes", lambda self: 2 * self.index_head_dim)
+    seams.replace(mp, "v4_indexer_entry_bytes", lambda index_head_dim, indexer_k_dtype: 2 * index_head_dim)
 
 
 @defect("v4-no-mtp-layers",
@@ -66,9 +48,7 @@ def v4_indexer_keys_bf16(mp):
         story="DeepSeek-V4 with drafts cached no MTP layers: every pool short of the draft layers' blocks",
         catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas.py"))
 def v4_no_mtp_layers(mp):
-    from kvcm.deepseek_v4 import DeepseekV4Spec
-
-    mp.setattr(DeepseekV4Spec, "layer_ratios", lambda self, max_draft_len: self.compress_ratios)
+    seams.replace(mp, "v4_mtp_layers", lambda max_draft_len: 0)
 
 
 @defect("layer-groups-full-first",
@@ -78,16 +58,7 @@ def v4_no_mtp_layers(mp):
               "wrong groups",
         catchers=("suites/conformance/test_life_cycles.py", "suites/managers/test_formulas.py"))
 def layer_groups_full_first(mp):
-    import dataclasses
-
-    import kvcm.manager as manager
-    from kvcm.layer_groups import build_layer_groups
-
-    def full_first(spec, tpb):
-        groups = sorted(build_layer_groups(spec, tpb), key=lambda g: (g.window is not None, g.index))
-        return [dataclasses.replace(g, index=i) for i, g in enumerate(groups)]
-
-    mp.setattr(manager, "build_layer_groups", full_first)
+    seams.replace(mp, "life_cycle_order", lambda keys: sorted(keys, key=lambda key: key[0] is not None))
 
 
 @defect("life-cycles-keyed-by-sink-tokens",
@@ -97,23 +68,7 @@ def layer_groups_full_first(mp):
               "has, each sized on its own",
         catchers=("suites/conformance/test_life_cycles.py",))
 def life_cycles_keyed_by_sink_tokens(mp):
-    import kvcm.manager as manager
-    from kvcm.layer_groups import LayerGroup
-
-    def by_tokens(spec, tpb):
-        members: dict[tuple, list[int]] = {}
-        for i, layer in enumerate(spec.layers):
-            members.setdefault((layer.sliding_window, layer.sink_tokens), []).append(i)
-        groups = []
-        for gi, ((window, sinks), layers) in enumerate(members.items()):
-            offsets, offset = {}, 0
-            for li in layers:
-                offsets[li], offset = offset, offset + spec.layers[li].bytes_per_block(tpb)
-            name = "full" if window is None else f"window{window}"
-            groups.append(LayerGroup(gi, tuple(layers), window, sinks, offset, offsets, name=name))
-        return groups
-
-    mp.setattr(manager, "build_layer_groups", by_tokens)
+    seams.replace(mp, "life_cycle", lambda window, sink_tokens, tpb: (window, sink_tokens))
 
 
 @defect("v1-max-tokens-rounded-up",
@@ -122,18 +77,4 @@ def life_cycles_keyed_by_sink_tokens(mp):
         story="V1 rounded max_tokens up to a whole block: one block more than TensorRT-LLM allocates",
         catchers=("suites/conformance/test_steps_and_dummies.py", "suites/managers/test_formulas.py"))
 def v1_max_tokens_rounded_up(mp):
-    from kvcm.manager_v1 import KVCacheManagerV1
-
-    original = KVCacheManagerV1._size_pools
-
-    def size_pools(self, _original=original):
-        cfg, tpb = self.kv_cache_config, self.tokens_per_block
-        if cfg.max_tokens is None or cfg.max_tokens % tpb == 0:
-            return _original(self)
-        self.kv_cache_config = cfg.replace(max_tokens=cfg.max_tokens + tpb - cfg.max_tokens % tpb)  # ceil
-        try:
-            return _original(self)
-        finally:
-            self.kv_cache_config = cfg
-
-    mp.setattr(KVCacheManagerV1, "_size_pools", size_pools)
+    seams.replace(mp, "v1_blocks_for_max_tokens", lambda max_tokens, tpb: ceil_div(max_tokens, tpb))

@@ -98,5 +98,6 @@ def cuda_graph_sizes_floor_log(mp):
 def draft_budget_target_floored(mp):
     from kvcm import seams
 
-    seams.replace(mp, "draft_budget_share", lambda total, bt, bd: total - total * bt // (bt + bd))
+    seams.replace(mp, "draft_budget_shares", lambda total, bt, bd: (total * bt // (bt + bd),
+                                                                   total - total * bt // (bt + bd)))
 

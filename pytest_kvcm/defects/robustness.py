@@ -6,6 +6,8 @@ Found by a sweep of malformed inputs over every boundary; the cases that catch t
 
 from __future__ import annotations
 
+from kvcm import seams
+
 from ._registry import defect
 
 
@@ -17,23 +19,12 @@ from ._registry import defect
         catchers=("suites/robustness/test_bad_manager_calls.py",
                   "suites/managers/test_state_machine.py::test_deepseek_v4_lifecycle_state_machine"))
 def dummy_call_keeps_earlier_dummies(mp):
-    """The old loop: no checks before placing, and only a lack of pages releases what the call made."""
-    from kvcm.manager import BaseKVCacheManager, DummyRequest
+    """The old loop: no checks before placing (each dummy met its values while placed), and only a lack of pages
+    released what the call had made."""
+    def unchecked(request_ids, token_nums, is_gen, drafts, reserve, max_seq_len):
+        ids = list(request_ids)
+        nums = [1 + drafts] * len(ids) if token_nums is None else list(token_nums)
+        return ids, nums, is_gen, drafts, drafts if reserve is None else reserve
 
-    def add_dummy_requests(self, request_ids, token_nums=None, is_gen=False, max_num_draft_tokens=0,
-                           kv_reserve_draft_tokens=None):
-        request_ids = list(request_ids)
-        reserve = max_num_draft_tokens if kv_reserve_draft_tokens is None else kv_reserve_draft_tokens
-        made, out = [], []
-        for i, rid in enumerate(request_ids):
-            token_num = token_nums[i] if token_nums is not None else 1 + max_num_draft_tokens
-            self._new_seq(rid)
-            made.append(rid)
-            if not self._place_dummy(rid, token_num, is_gen, reserve):
-                self._release_all(made)
-                return None
-            prompt_len = token_num - 1 if is_gen else token_num
-            out.append(DummyRequest(rid, token_num, prompt_len, is_gen, max_num_draft_tokens, self.get_capacity(rid)))
-        return out
-
-    mp.setattr(BaseKVCacheManager, "add_dummy_requests", add_dummy_requests)
+    seams.replace(mp, "checked_dummy_call", unchecked)
+    seams.replace(mp, "dummies_released", lambda made, raised: [] if raised else made)

@@ -7,6 +7,8 @@ generation dummies. The neighbours below come from the same code and the fixes t
 
 from __future__ import annotations
 
+from kvcm import seams
+
 from ._registry import defect
 
 
@@ -20,16 +22,7 @@ from ._registry import defect
                   "suites/engine/test_cuda_graph.py::test_warmup_on_a_page_boundary_captures_every_shape"))
 def gen_dummy_extra_token(mp):
     """Generation dummies hold token_num + E + K + 1: the current input counted twice."""
-    from kvcm.manager_v1 import KVCacheManagerV1
-    from kvcm.manager_v2 import KVCacheManagerV2
-
-    for cls in (KVCacheManagerV1, KVCacheManagerV2):
-        original = cls._place_dummy
-
-        def place(self, request_id, token_num, is_gen, reserve, _original=original):
-            return _original(self, request_id, token_num, is_gen, reserve + 1 if is_gen else reserve)
-
-        mp.setattr(cls, "_place_dummy", place)
+    seams.replace(mp, "dummy_draft_slots", lambda reserve, is_gen: reserve + 1 if is_gen else reserve)
 
 
 @defect("generic-longest-decode", upstream="TensorRT-LLM PR #19213 (reverts the move made in PR #16545)",
@@ -39,19 +32,9 @@ def gen_dummy_extra_token(mp):
                   "suites/managers/test_budget.py::test_ordinary_model_estimation_within_budget",
                   "suites/engine/test_cuda_graph.py::test_warmup_on_a_page_boundary_captures_every_shape"))
 def generic_longest_decode(mp):
-    from kvcm.config import BatchDesc, KVCacheDesc
-    from kvcm.constraints import NamedConstraint
-    from kvcm.manager_v2 import KVCacheManagerV2
+    from kvcm.constraints import generic_constraints, longest_decode
 
-    original = KVCacheManagerV2._named_constraints
-
-    def named(self, _original=original):
-        out = _original(self)
-        s, b = self.max_seq_len, self.max_batch_size
-        short = KVCacheDesc(1 + self.max_draft_len + self.num_extra_kv_tokens, 0)
-        return out + [NamedConstraint("longest_decode", BatchDesc([KVCacheDesc(s, s - 1)] + [short] * (b - 1)))]
-
-    mp.setattr(KVCacheManagerV2, "_named_constraints", named)
+    seams.replace(mp, "generic_v2_constraints", lambda limits: generic_constraints(limits) + [longest_decode(limits)])
 
 
 @defect("v4-constraints-ignore-pool-ratio", upstream="TensorRT-LLM PR #19213 (the explicit pool-ratio opt-out)",
@@ -60,20 +43,9 @@ def generic_longest_decode(mp):
                   "suites/managers/test_budget.py::test_deepseek_v4_explicit_ratio_has_no_floors",
                   "suites/managers/test_page_boundary.py::test_deepseek_v4_dummy_at_page_boundary_with_shorts_held"))
 def v4_constraints_ignore_pool_ratio(mp):
-    from kvcm import constraints as c
-    from kvcm.deepseek_v4 import DeepseekV4CacheManager
-
-    def size_pools(self):
-        cfg, tpb = self.kv_cache_config, self.tokens_per_block
-        blocks = super(DeepseekV4CacheManager, self)._size_pools()
-        if cfg.pool_ratio is None:
-            return blocks
-        named = self._named_constraints()
-        self.constraint_names, self.constraints = [n.name for n in named], [n.batch for n in named]
-        weights = c.split_weights(self.layer_groups, tpb, pool_ratio=cfg.pool_ratio, typical_step=None)
-        return c.split_quota(self.budget_bytes, self.layer_groups, weights, named, tpb)
-
-    mp.setattr(DeepseekV4CacheManager, "_size_pools", size_pools, raising=False)
+    """Only generic V2's floors were dropped for an explicit ratio; V4's (with its longest decode) were kept."""
+    seams.replace(mp, "pool_ratio_floors",
+                  lambda named: named if any(n.name == "longest_decode" for n in named) else [])
 
 
 @defect("available-tokens-ignore-draft", upstream="TensorRT-LLM PR #17162 (spec extra tokens left out of the "
@@ -83,17 +55,7 @@ def v4_constraints_ignore_pool_ratio(mp):
                   "suites/managers/test_page_boundary.py::test_dummy_at_page_boundary_fits",
                   "pytest_kvcm/contract/test_target_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
 def available_tokens_ignore_draft(mp):
-    from kvcm.manager_v1 import KVCacheManagerV1
-    from kvcm.manager_v2 import KVCacheManagerV2
-
-    for cls in (KVCacheManagerV1, KVCacheManagerV2):
-        original = cls.get_num_available_tokens
-
-        def available(self, *, token_num_upper_bound, batch_size=1, max_num_draft_tokens=0, _original=original):
-            return _original(self, token_num_upper_bound=token_num_upper_bound, batch_size=batch_size,
-                             max_num_draft_tokens=0)
-
-        mp.setattr(cls, "get_num_available_tokens", available)
+    seams.replace(mp, "available_extra", lambda num_extra_kv_tokens, num_draft_tokens: num_extra_kv_tokens)
 
 
 @defect("context-constraint-ignores-extra", upstream="TensorRT-LLM PR #16173 (DSV4 context constraint sized "
@@ -103,14 +65,10 @@ def available_tokens_ignore_draft(mp):
                   "suites/managers/test_formulas.py::test_generic_context_floor_counts_extra_tokens",
                   "suites/managers/test_plan_cli.py::test_plan_llama3_v2_limits"))
 def context_constraint_ignores_extra(mp):
-    import kvcm.manager_v2 as v2
+    from kvcm.constraints import generic_constraints
 
-    original = v2.generic_constraints
-
-    def generic(limits):
-        return original(limits.replace(num_extra_kv_tokens=0))
-
-    mp.setattr(v2, "generic_constraints", generic)
+    seams.replace(mp, "generic_v2_constraints",
+                  lambda limits: generic_constraints(limits.replace(num_extra_kv_tokens=0)))
 
 
 @defect("stale-window-early-release", upstream="TensorRT-LLM PR #6768 (linear SWA blocks, out-of-window blocks "
@@ -122,12 +80,4 @@ def context_constraint_ignores_extra(mp):
                   "suites/engine/test_gemma3_parity.py::test_prompts_inside_and_across_the_window_chunked",
                   "suites/engine/test_gemma3_tiny.py::test_tiny_gemma3_v1_v2_hf"))
 def stale_window_early_release(mp):
-    from kvcm.layer_groups import LayerGroup, ceil_div
-
-    def stale_range(self, history, tpb):
-        if self.window is None:
-            return (0, 0)
-        lo = min(ceil_div(history, tpb), self.sink_blocks(tpb))
-        return lo, max(lo, (history + 2 - self.window) // tpb)
-
-    mp.setattr(LayerGroup, "stale_range", stale_range)
+    seams.replace(mp, "window_first_token", lambda history, window: history + 2 - window)

@@ -6,6 +6,8 @@ request leaves both caches, and the draft's cache must hold every committed toke
 
 from __future__ import annotations
 
+from kvcm import seams
+
 from ._registry import defect
 
 _ENGINE = "suites/engine/test_speculative.py::"
@@ -19,9 +21,7 @@ _BUDGET = "suites/managers/test_draft_budget.py::"
         catchers=(_BUDGET + "test_target_and_draft_pools_fit_one_budget",
                   _BUDGET + "test_engine_caches_share_the_budget"))
 def draft_budget_claimed_twice(mp):
-    from kvcm import draft_budget
-
-    mp.setattr(draft_budget, "split_draft_budget", lambda cfg, target_spec, draft_spec, **kw: (cfg, cfg))
+    seams.replace(mp, "draft_budget_shares", lambda total, target_bytes, draft_bytes: (total, total))
 
 
 @defect("spec-preempt-keeps-draft", upstream="TensorRT-LLM PR #18093 (target and draft reservations rolled back "
@@ -31,17 +31,7 @@ def draft_budget_claimed_twice(mp):
         catchers=(_ENGINE + "test_preemption_with_drafts_in_flight",
                   _ENGINE + "test_preemption_when_the_draft_cache_runs_out"))
 def spec_preempt_keeps_draft(mp):
-    from kvcm.engine.scheduler import Scheduler
-
-    def preempt(self, victim):
-        self.running.remove(victim)
-        if self.mgr.has_request(victim.request_id):
-            self.mgr.free_resources(victim.request_id)
-        victim.reset_for_recompute()
-        self.waiting.appendleft(victim)
-        self.num_preemptions += 1
-
-    mp.setattr(Scheduler, "_preempt", preempt)
+    seams.replace(mp, "preempt_frees_draft", lambda has_draft_cache: False)
 
 
 @defect("draft-skips-committed-token", upstream="vllm-project/vllm-metal PR #716 (committed tokens not fed to the "
@@ -51,10 +41,4 @@ def spec_preempt_keeps_draft(mp):
         catchers=(_ENGINE + "test_perfect_drafter_accepts_everything[v1-v2]",
                   _ENGINE + "test_perfect_drafter_accepts_everything[v2-v1]"))
 def draft_skips_committed_token(mp):
-    from kvcm.engine.drafters import ModelDrafter
-    from kvcm.engine.runner import StepItem
-
-    def catch_up(self, seq):
-        return StepItem(seq.request_id, [seq.last_token], seq.num_tokens - 1, decode=True)
-
-    mp.setattr(ModelDrafter, "_catch_up", catch_up)
+    seams.replace(mp, "draft_catch_up_start", lambda history, num_tokens: num_tokens - 1)  # the last token only

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcm.units import ceil_div
+from kvcm import startup
 
 
 class TargetUnavailable(Exception):
@@ -205,5 +205,6 @@ class KVCacheTarget:
 
 def pages_for_max_model_len(max_model_len: int, page_size: int, reserved_pages: int) -> int:
     """The smallest pool (in the engine's own count, reserved pages included) that admits one request of
-    ``max_model_len`` tokens (vLLM PR #47272: the null block is not a page any request can use)."""
-    return ceil_div(max_model_len, page_size) + reserved_pages
+    ``max_model_len`` tokens (vLLM PR #47272: the null block is not a page any request can use): kvcm's start-up
+    rule for full attention, ``kvcm.startup.least_pool``."""
+    return startup.least_pool(page_size, max_model_len, reserved_pages=reserved_pages)

@@ -44,7 +44,7 @@ def engine():
     """``(LLM, require_smollm2)`` or a skip naming what is missing."""
     try:
         from kvcm.engine import LLM
-        from kvcm.models import require_smollm2
+        from pytest_kvcm.models import require_smollm2
     except ImportError as e:
         pytest.skip(f"kvcm.engine is not importable yet ({e}); these gates run once the engine exists")
     return LLM, require_smollm2

@@ -13,7 +13,8 @@ import pytest
 import kvcm
 import kvcm.cli
 from kvcm.layer_groups import build_layer_groups
-from kvcm.models.gemma3 import GEMMA3_INSTALL_HINT, require_gemma3
+from kvcm.models.gemma3 import GEMMA3_INSTALL_HINT
+from pytest_kvcm.models import require_gemma3
 
 GiB = 2**30
 FULL_LAYERS = (5, 11, 17)            # every sixth layer is global (layer_types in the config)

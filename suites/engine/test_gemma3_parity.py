@@ -17,7 +17,7 @@ from kvcm import KvCacheConfig
 from kvcm.engine import LLM, SamplingParams
 from kvcm.engine.llm import eos_token_ids
 from kvcm.models import hf_generate
-from kvcm.models.gemma3 import require_gemma3
+from pytest_kvcm.models import require_gemma3
 from pytest_kvcm.accuracy.arith import DATA_DIR, TRAIN_FILE
 from pytest_kvcm.accuracy.gsm8k import build_prompt, fewshot_indices
 from pytest_kvcm.parity import compare_outputs

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from kvcm.models import smollm2 as models
-from kvcm.models import (TINY_ARCHS, ModelNotInstalled, chat_prompt_ids, hf_generate, load_smollm2,
-                         require_smollm2, tiny_model, truncated_drafter)
+from kvcm.models import (TINY_ARCHS, ModelNotInstalled, chat_prompt_ids, hf_generate, load_smollm2, tiny_model,
+                         truncated_drafter)
+from pytest_kvcm.models import require_smollm2
 
 
 

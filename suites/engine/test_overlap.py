@@ -12,7 +12,7 @@ import pytest
 import kvcm
 from kvcm.engine import LLM, SamplingParams
 from kvcm.models import tiny_model
-from kvcm.engine.scheduler import placeholder
+from kvcm.engine.runner import placeholder
 
 from _prompts import random_prompts
 
@@ -68,7 +68,7 @@ def test_overlapped_loop_gives_the_same_outputs(kvcm_version, case):
     assert {"stop_token", "length"} <= reasons, f"the prompts must stop both ways: {reasons}"
     assert llm.pipeline.num_launched_ahead > 0 and ref_llm.pipeline.num_launched_ahead == 0
     if case == "preempting":
-        assert llm.last_scheduler.num_preemptions > 0, "the pool must be small enough to force preemption"
+        assert llm.num_preemptions > 0, "the pool must be small enough to force preemption"
     if case == "static-path":
         assert llm.graphs.num_replays > 0
     llm.close()
@@ -114,15 +114,15 @@ def test_on_finish_is_called_once_per_request_as_it_finishes(overlap):
     model, _ = tiny_model("llama", seed=2)
     prompts = random_prompts(11, (5, 23, 37, 9, 14, 30, 3, 18, 26, 11))
     params = SamplingParams(max_new_tokens=24, stop_token_ids=_stop_tokens(model, "v2", prompts, 24))
-    llm = _llm(model, "v2", overlap=overlap, **CASES["preempting"])
-    done, unfinished = [], []
+    llm = _llm(model, "v2", overlap=overlap, trace=True, **CASES["preempting"])
+    done, steps = [], []
 
     def on_finish(i):
         done.append(i)
-        unfinished.append(len(llm.last_scheduler.running) + len(llm.last_scheduler.waiting))
+        steps.append(len(llm.trace))        # forwards run so far
 
     outs = llm.generate(prompts, params, on_finish=on_finish)
     assert sorted(done) == list(range(len(prompts)))
-    assert unfinished == list(range(len(prompts) - 1, -1, -1))  # each one as it left, not all at the end
+    assert steps == sorted(steps) and steps[0] < steps[-1], steps  # each one as it left, not all at the end
     assert {o.finish_reason for o in outs} >= {"stop_token", "length"}
-    assert llm.last_scheduler.num_preemptions > 0
+    assert llm.num_preemptions > 0

@@ -7,7 +7,8 @@ import torch
 import kvcm
 from kvcm.engine import LLM, SamplingParams
 from kvcm.engine.llm import eos_token_ids
-from kvcm.models import chat_prompt_ids, hf_generate, require_smollm2, tiny_model
+from kvcm.models import chat_prompt_ids, hf_generate, tiny_model
+from pytest_kvcm.models import require_smollm2
 from pytest_kvcm.parity import compare_greedy, compare_outputs
 
 from _prompts import random_prompts
@@ -88,14 +89,14 @@ def test_sliding_window_past_the_window(mistral, kvcm_version, greedy_parity):
 
 # ---- the gate catches defects ---------------------------------------------------------------------------------
 
-def _shifted_block_table(llm, from_block: int):
+class _ShiftedTables(kvcm.KVCacheManagerV2):
     """Off-by-one defect: from logical block ``from_block`` on, every entry points at the previous one's page."""
-    real = llm.manager.block_table
 
-    def shifted(request_id):
-        return [t[:from_block] + t[from_block - 1:-1] if len(t) > from_block else t for t in real(request_id)]
-    llm.manager.block_table = shifted
-    return llm
+    from_block = 2
+
+    def block_table(self, request_id):
+        fb = self.from_block
+        return [t[:fb] + t[fb - 1:-1] if len(t) > fb else t for t in super().block_table(request_id)]
 
 
 def test_gate_catches_off_by_one_block_table(llama, greedy_parity):
@@ -103,9 +104,11 @@ def test_gate_catches_off_by_one_block_table(llama, greedy_parity):
     good = engine(llama, "v2")
 
     def defective(ps):
-        llm = LLM(llama, kvcm_version="v2", max_batch_size=8, max_seq_len=512,
-                  kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=2048, dtype="float32"))
-        return _shifted_block_table(llm, 2).generate(ps, SamplingParams(max_new_tokens=NEW_TOKENS))
+        cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=2048, dtype="float32")
+        shifted = _ShiftedTables(kvcm.ModelSpec.from_hf_config(llama.config), cfg, max_batch_size=8, max_seq_len=512,
+                                 device="cpu")
+        llm = LLM(llama, kvcm_version="v2", max_batch_size=8, max_seq_len=512, kv_cache_config=cfg, manager=shifted)
+        return llm.generate(ps, SamplingParams(max_new_tokens=NEW_TOKENS))
 
     report = compare_greedy(good, defective, prompts, names=("v2", "v2_shifted"))
     assert not report.passed

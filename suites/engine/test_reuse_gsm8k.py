@@ -70,7 +70,7 @@ def test_fewshot_parity_tiny(version):
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from kvcm.models import require_smollm2
+    from pytest_kvcm.models import require_smollm2
 
     return require_smollm2(dtype=torch.float32)
 

@@ -68,8 +68,8 @@ def test_preemption_by_recompute_keeps_tokens(kvcm_version):
     refs = hf_generate(model, prompts, 40, eos_token_id=[])
     llm = _llm(model, kvcm_version, max_tokens=96)
     outs = llm.generate(prompts, SamplingParams(max_new_tokens=40, ignore_eos=True))
-    assert llm.last_scheduler.num_preemptions > 0, "the pool must be small enough to force preemption"
-    assert sum(o.num_preemptions for o in outs) == llm.last_scheduler.num_preemptions
+    assert llm.num_preemptions > 0, "the pool must be small enough to force preemption"
+    assert sum(o.num_preemptions for o in outs) == llm.num_preemptions
     _assert_same(outs, refs)
     assert all(len(o.token_ids) == 40 for o in outs)
 
@@ -78,7 +78,6 @@ def test_batch_size_limit(kvcm_version):
     model, _ = tiny_model("llama", seed=0)
     llm = _llm(model, kvcm_version, max_batch_size=2)
     llm.generate(_prompts((4, 5, 6, 7, 8)), SamplingParams(max_new_tokens=5, ignore_eos=True))
-    assert llm.last_scheduler.limits is llm.limits, "the scheduler reads the engine's one Limits"
     per_step = {}
     for r in llm.trace:
         per_step[r.step] = per_step.get(r.step, 0) + 1

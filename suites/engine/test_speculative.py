@@ -8,7 +8,8 @@ import pytest
 import kvcm
 from kvcm.engine import LLM, SamplingParams
 from kvcm.engine.llm import eos_token_ids
-from kvcm.models import chat_prompt_ids, hf_generate, require_smollm2, tiny_model, truncated_drafter
+from kvcm.models import chat_prompt_ids, hf_generate, tiny_model, truncated_drafter
+from pytest_kvcm.models import require_smollm2
 from pytest_kvcm.parity import compare_outputs
 
 from _prompts import random_prompts
@@ -116,7 +117,7 @@ def test_preemption_with_drafts_in_flight(target, prompts, reference, tv, dv, gr
     tokens with every page returned."""
     llm = spec(target, truncated_drafter(target, 2), 4, tv, dv, max_tokens=120)
     _check(greedy_parity, reference, llm.generate(prompts, PARAMS), prompts, ("target", "spec_small_pool"))
-    assert llm.last_scheduler.num_preemptions > 0, "the pool was meant to force preemption"
+    assert llm.num_preemptions > 0, "the pool was meant to force preemption"
     assert sum(o.num_preemptions for o in llm.generate(prompts, PARAMS)) > 0
     _all_pages_back(llm)
 
@@ -128,7 +129,7 @@ def test_preemption_when_the_draft_cache_runs_out(target, prompts, reference, tv
     draft_cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=96, dtype="float32")
     llm = spec(target, truncated_drafter(target, 2), 4, tv, dv, draft_kv_cache_config=draft_cfg)
     _check(greedy_parity, reference, llm.generate(prompts, PARAMS), prompts, ("target", "spec_small_draft"))
-    assert llm.last_scheduler.num_preemptions > 0, "the draft cache was meant to force preemption"
+    assert llm.num_preemptions > 0, "the draft cache was meant to force preemption"
     _all_pages_back(llm)
 
 

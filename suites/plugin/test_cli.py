@@ -1,4 +1,5 @@
-"""Layering: the ``kvcm`` library never imports the plugin; its plugin commands are lazy aliases of ``pytest-kvcm``."""
+"""Layering: the ``kvcm`` library never imports the plugin; ``kvcm sensitivity`` and ``kvcm dashboard`` are the
+plugin's commands, found through the ``kvcm.commands`` entry-point group the plugin registers."""
 
 import subprocess
 import sys
@@ -16,14 +17,15 @@ for m in pkgutil.walk_packages(kvcm.__path__, "kvcm."):
         importlib.import_module(m.name)
     except ImportError as exc:   # an optional dependency (triton) may be missing; the module must say so
         print("skipped", m.name, exc)
-print("\\n".join(sorted(m for m in sys.modules if m.startswith("pytest_kvcm"))))
+print("\\n".join(sorted(m for m in sys.modules if m.split(".")[0] in ("pytest_kvcm", "pytest", "_pytest"))))
 """
 
 
-def test_importing_every_kvcm_module_loads_no_plugin_module():
+def test_importing_every_kvcm_module_loads_no_plugin_module_and_no_pytest():
+    """Test support that needs pytest (a skip when a model is not installed) lives in ``pytest_kvcm.models``."""
     proc = subprocess.run([sys.executable, "-c", IMPORT_ALL], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "pytest_kvcm" not in proc.stdout, proc.stdout
+    assert "pytest" not in proc.stdout, proc.stdout
 
 
 def test_kvcm_dashboard_is_an_alias_of_the_plugin_command(tmp_path, capsys):
@@ -35,11 +37,31 @@ def test_kvcm_dashboard_is_an_alias_of_the_plugin_command(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("pytest-kvcm dashboard:")
 
 
-def test_plugin_alias_says_what_to_install_when_the_plugin_is_missing(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "pytest_kvcm.cli", None)  # import of it now raises ImportError
+def test_the_plugin_registers_its_commands_with_kvcm():
+    commands = kvcm.cli.registered_commands()
+    assert {"sensitivity", "dashboard"} <= set(commands), (
+        "pytest-kvcm's kvcm.commands entry points are not installed (reinstall the package: pip install -e .)")
+    assert commands["sensitivity"].load() is pytest_kvcm.cli.sensitivity_command
+    assert commands["dashboard"].load() is pytest_kvcm.cli.dashboard_command
+
+
+def test_a_command_no_package_registers_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setattr(kvcm.cli, "registered_commands", lambda: {})   # as without the plugin installed
     assert kvcm.cli.main(["sensitivity", "--lane", "l0_cpu"]) == 2
     err = capsys.readouterr().err
-    assert "kvcm sensitivity" in err and "pip install" in err
+    assert "'sensitivity'" in err and "pip install 'pytest-kvcm[test]'" in err
+
+
+def test_a_registered_command_that_cannot_import_says_so(monkeypatch, capsys):
+    class Broken:
+        name, value, dist = "sensitivity", "absent_module:main", None
+
+        def load(self):
+            raise ImportError("No module named 'absent_module'")
+    monkeypatch.setattr(kvcm.cli, "registered_commands", lambda: {"sensitivity": Broken()})
+    assert kvcm.cli.main(["sensitivity"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvcm sensitivity:") and "absent_module" in err and "pip install" in err
 
 
 def test_plugin_command_names_its_subcommands(capsys):

@@ -1,10 +1,9 @@
-"""Every option and input file of the plugin is checked when pytest starts, not when a test first reads it.
+"""``--kvcm-gsm8k``, ``--kvcm-gsm8k-limit`` and ``--kvcm-references`` checked when pytest starts.
 
-Several options are read lazily (the GSM8K data by the first accuracy test, the results store by the first
-record, the simulated machine by the first lane condition), so a bad value used to surface minutes later as an
-``INTERNALERROR`` or a trace from deep inside ``datasets``/``sqlite3``, or not at all. Here each is checked in
-``pytest_configure`` and a bad one stops the run with a ``pytest.UsageError`` naming the option, the value and,
-for a file, the file and line.
+The GSM8K data is read by the first accuracy test and the references by the first gate, minutes into a run: a
+bad file then surfaced as an ``INTERNALERROR`` or a trace from deep inside ``datasets``. The accuracy
+sub-plugin calls these from its ``pytest_configure``, so a bad one stops the run with a ``pytest.UsageError``
+naming the option, the value and, for a file, the file and line.
 """
 
 from __future__ import annotations
@@ -16,41 +15,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .lanes.file_format import read_text, yaml_where
+from ..lanes.file_format import read_text, yaml_where
+from .gsm8k import split_file
 
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    from . import sharding, versions
-
-    versions.selected_versions(config)
-    sharding.gpus_per_worker(config)
-    _check_results(config)
-    _check_gsm8k(config)
-    _check_references(config)
-    _check_machine(config)
-
-
-def _check_results(config: pytest.Config) -> None:
-    from .results import results_path, store_problem
-
-    path = results_path(config)
-    if path is None:
-        return
-    problem = store_problem(path, write=True)
-    if problem:
-        raise pytest.UsageError(f"--kvcm-results={path}: {problem}")
-
-
-def _check_gsm8k(config: pytest.Config) -> None:
+def check_gsm8k(config: pytest.Config) -> None:
     limit = config.getoption("kvcm_gsm8k_limit", None)
     if limit is not None and limit < 1:
         raise pytest.UsageError(f"--kvcm-gsm8k-limit={limit}: must be >= 1")
     source = config.getoption("kvcm_gsm8k", None)
     if not source:
         return
-    from .accuracy.gsm8k import split_file
-
     path = Path(os.path.expanduser(source))
     where = f"--kvcm-gsm8k={source}"
     if path.is_dir():
@@ -69,10 +44,10 @@ def _check_gsm8k(config: pytest.Config) -> None:
     else:
         return  # a hub id: only the hub can tell
     for file in files:
-        _check_gsm8k_file(Path(file), where)
+        check_gsm8k_file(Path(file), where)
 
 
-def _check_gsm8k_file(path: Path, where: str) -> None:
+def check_gsm8k_file(path: Path, where: str) -> None:
     """Rows of ``question`` and ``answer`` strings, as the loader needs them."""
     if path.suffix == ".parquet":
         try:
@@ -108,7 +83,7 @@ def _check_gsm8k_file(path: Path, where: str) -> None:
                                     f"got {str(row)[:80]}")
 
 
-def _check_references(config: pytest.Config) -> None:
+def check_references(config: pytest.Config) -> None:
     opt = config.getoption("kvcm_references", None)
     if not opt:
         return
@@ -125,18 +100,3 @@ def _check_references(config: pytest.Config) -> None:
         if data is not None and not isinstance(data, dict):
             raise pytest.UsageError(f"--kvcm-references: {shown}:1: top level must map model name -> list of "
                                     f"entries, got {type(data).__name__}")
-
-
-def _check_machine(config: pytest.Config) -> None:
-    from .machine import override_text, from_override
-
-    override = override_text(config)
-    if override is None:
-        return
-    text, source = override
-    if not text.strip().startswith("{") and Path(text.strip()).is_file():
-        read_text(Path(text.strip()), f"{source}={text.strip()}")  # not UTF-8: a usage error naming the file
-    try:
-        from_override(text, source=source)
-    except (ValueError, TypeError) as e:
-        raise pytest.UsageError(f"{source}={text.strip()!r}: {e}") from None
