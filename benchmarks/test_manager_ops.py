@@ -206,20 +206,8 @@ def test_match_scales_with_prompt_not_pool(kvcm_version, capsys):
     times = {}
     for size, mgr in pools.items():
         for n in lengths:
-            prompt = list(range(7, 7 + n))
-            mgr.add_sequence("warm", prompt)
-            mgr.begin_context_chunk("warm", 0, n, n)
-            mgr.end_context_chunk("warm", n)
-            mgr.free_resources("warm")
-
-            def hit(mgr=mgr, prompt=prompt):
-                assert mgr.add_sequence("hit", prompt) == n - 1
-                mgr.free_resources("hit")
-
-            walk = min(timeit.repeat(lambda mgr=mgr, prompt=prompt: mgr.count_reusable_blocks(prompt,
-                                                                                               only_allocated=False),
-                                     number=20, repeat=7)) / 20
-            times[(size, n)] = (walk, min(timeit.repeat(hit, number=20, repeat=7)) / 20)
+            walk, whole, _ = _time_full_hit(mgr, n)
+            times[(size, n)] = (walk, whole)
             mgr.reset_prefix_cache() if size == "1K" else None
     with capsys.disabled():
         print(f"\n[{kvcm_version}] full-hit match, 1K-block pool vs 1M-block pool (262,144 other blocks cached):")
@@ -242,20 +230,8 @@ def test_fixed_prompt_match_on_10k_100k_1m_pools(kvcm_version, capsys):
     times = {}
     for size, blocks in sizes.items():
         mgr = _cached_manager(kvcm_version, blocks, blocks // 4 // 64)
-        prompt = list(range(7, 7 + n))
-        mgr.add_sequence("warm", prompt)
-        mgr.begin_context_chunk("warm", 0, n, n)
-        mgr.end_context_chunk("warm", n)
-        mgr.free_resources("warm")
-
-        def hit(mgr=mgr, prompt=prompt):
-            assert mgr.add_sequence("hit", prompt) == n - 1
-            mgr.free_resources("hit")
-
-        walk = min(timeit.repeat(lambda mgr=mgr, prompt=prompt: mgr.count_reusable_blocks(prompt, only_allocated=False),
-                                 number=20, repeat=7)) / 20
-        times[size] = (walk, min(timeit.repeat(hit, number=20, repeat=7)) / 20, mgr.get_block_counts().reusable,
-                       _count_calls(hit))
+        walk, whole, hit = _time_full_hit(mgr, n)
+        times[size] = (walk, whole, mgr.get_block_counts().reusable, _count_calls(hit))
         del mgr
     with capsys.disabled():
         print(f"\n[{kvcm_version}] full-hit match of one {n}-token prompt, a quarter of each pool cached:")
@@ -264,6 +240,23 @@ def test_fixed_prompt_match_on_10k_100k_1m_pools(kvcm_version, capsys):
                   f"add_sequence+free {whole * 1e6:7.1f} us ({calls:,} function calls)")
     calls = [t[3] for t in times.values()]
     assert max(calls) - min(calls) <= 8, calls      # 100x the pool, the same work (timings: printed, noisy here)
+
+
+def _time_full_hit(mgr, n: int):
+    """Cache one ``n``-token prompt, then time matching it again: the walk alone (``count_reusable_blocks``) and
+    the whole hit (``add_sequence`` + ``free_resources``), best of 7 rounds of 20; returns both and the hit."""
+    prompt = list(range(7, 7 + n))
+    mgr.add_sequence("warm", prompt)
+    mgr.begin_context_chunk("warm", 0, n, n)
+    mgr.end_context_chunk("warm", n)
+    mgr.free_resources("warm")
+
+    def hit():
+        assert mgr.add_sequence("hit", prompt) == n - 1
+        mgr.free_resources("hit")
+
+    walk = min(timeit.repeat(lambda: mgr.count_reusable_blocks(prompt, only_allocated=False), number=20, repeat=7))
+    return walk / 20, min(timeit.repeat(hit, number=20, repeat=7)) / 20, hit
 
 
 def _count_calls(fn) -> int:
