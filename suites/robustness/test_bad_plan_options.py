@@ -39,7 +39,7 @@ CASES = [
     ("pp_past_layers", ["--pp", "29"], "--pp=29 is invalid: must be <= the model's 28 layers"),
     ("tp_past_heads_v4", ["--model", "deepseek-v4-flash", "--tp", "128"],
      "--tp=128 is invalid: must divide the model's 64 attention heads"),
-    ("draft_with_pp", ["--draft-model", "qwen3-0.6b", "--pp", "2"],
+    ("draft_with_pp", ["--draft-model", "qwen3-0.6b", "-D", "2", "--pp", "2"],
      "--draft-model='qwen3-0.6b' is invalid: is planned with --tp and --attention-dp, not with --pp"),
     ("v1_on_deepseek", ["--model", "deepseek-v4-flash", "--kvcm-version", "v1"], "DeepSeek-V4 is planned by V2 only"),
 ]
