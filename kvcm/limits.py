@@ -26,6 +26,10 @@ MAX_BATCH_SIZE = 1 << 16
 """The largest ``max_batch_size`` a manager accepts: constraints and warmup hold one entry per request, so a
 batch size far beyond any engine's (TensorRT-LLM defaults to 2048) would take minutes before failing."""
 
+MAX_SEQ_LEN = 1 << 24
+"""The longest ``max_seq_len`` a manager accepts (16,777,216 tokens; the longest published context windows are
+10M): warmup's long dummy holds one block-table entry per block of it, so a length of 10^15 took minutes."""
+
 FIELDS = ("max_batch_size", "max_seq_len", "max_num_tokens", "max_draft_len", "num_extra_kv_tokens", "device")
 
 
@@ -43,7 +47,8 @@ class Limits:
             "max_batch_size": validation.count("max_batch_size", self.max_batch_size, 1, MAX_BATCH_SIZE,
                                                "kvcm.MAX_BATCH_SIZE: batch descriptions and warmup hold one entry "
                                                "per request"),
-            "max_seq_len": validation.count("max_seq_len", self.max_seq_len, 1),
+            "max_seq_len": validation.count("max_seq_len", self.max_seq_len, 1, MAX_SEQ_LEN,
+                                            "kvcm.MAX_SEQ_LEN: warmup's long dummy holds one entry per block"),
             "max_num_tokens": validation.optional_count("max_num_tokens", self.max_num_tokens, 1),
             "max_draft_len": validation.count("max_draft_len", self.max_draft_len),
             "num_extra_kv_tokens": validation.count("num_extra_kv_tokens", self.num_extra_kv_tokens),

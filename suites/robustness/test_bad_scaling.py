@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import kvcm
+import kvcm.cli
 from kvcm.block_pool import BlockPool
 from kvcm.config import KvCacheConfig
 from kvcm.model_spec import ModelSpec
@@ -86,3 +87,23 @@ def test_simulated_machine_gpu_count_is_bounded(tmp_path, count):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
     assert f"gpu_count={json.loads(count)!r} must be an integer in [0, 1024]" in proc.stdout + proc.stderr
+
+
+def test_a_sequence_past_max_seq_len_is_refused_at_once(tmp_path, capsys):
+    """A config claiming 10^15 positions planned with ``-S 10^15`` (and a 10^15-token pool) walked its long
+    warmup dummy block by block for two minutes; ``kvcm.MAX_SEQ_LEN`` (2^24) refuses it, and the largest
+    accepted length plans in seconds."""
+    cfg = json.loads((ROOT / "kvcm" / "configs" / "qwen3-0.6b.json").read_text())
+    cfg["max_position_embeddings"] = 10**15
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(cfg))
+    assert kvcm.cli.main(["plan", "--model", str(path), "-S", str(10**15), "--max-tokens", str(10**15)]) == 2
+    err = capsys.readouterr().err
+    assert "-S/--max-seq-len=1000000000000000 is invalid" in err and "kvcm.MAX_SEQ_LEN" in err
+    assert err.count("\n") == 1
+    with pytest.raises(kvcm.ConfigError, match="kvcm.MAX_SEQ_LEN"):
+        kvcm.Limits(8, 10**15)
+    start = time.monotonic()
+    assert kvcm.cli.main(["plan", "--model", str(path), "-S", str(kvcm.MAX_SEQ_LEN), "-B", "65536",
+                          "--max-tokens", str(10**15), "--json"]) == 0
+    assert time.monotonic() - start < 60
