@@ -81,13 +81,18 @@ def test_fewshot_parity_smollm2(smollm2, version):
     model, tok = smollm2
     texts, _, _ = fewshot_prompts()
     prompts = [tok(t)["input_ids"] for t in texts]
+    shared = 0
+    while all(p[shared] == prompts[0][shared] for p in prompts):
+        shared += 1
     params = SamplingParams(max_new_tokens=24)
     outs = {}
     for reuse in (False, True):
         llm = engine(model, tok, version, reuse, max_num_tokens=512)
         outs[reuse] = [o.token_ids for o in llm.generate(prompts, params)]
         if reuse:
-            assert llm.reuse_stats.token_hit_rate > 0.5, llm.reuse_stats
+            # 512-token chunks: the second request is admitted while the first still prefills, before V1 stores
+            # anything (at context end; V2 commits each chunk), so at least the last two find the whole prefix
+            assert llm.reuse_stats.reused_tokens >= 2 * (shared - shared % 16), (shared, llm.reuse_stats)
     assert outs[True] == outs[False]
     from kvcm.engine.llm import eos_token_ids
     ref = [o.token_ids for o in hf_generate(model, prompts, 24, eos_token_id=list(eos_token_ids(model, tok)),
