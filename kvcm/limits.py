@@ -21,14 +21,11 @@ import torch
 
 from . import validation
 from .errors import ConfigError
+from .validation import MAX_SEQ_LEN
 
 MAX_BATCH_SIZE = 1 << 16
 """The largest ``max_batch_size`` a manager accepts: constraints and warmup hold one entry per request, so a
 batch size far beyond any engine's (TensorRT-LLM defaults to 2048) would take minutes before failing."""
-
-MAX_SEQ_LEN = 1 << 24
-"""The longest ``max_seq_len`` a manager accepts (16,777,216 tokens; the longest published context windows are
-10M): warmup's long dummy holds one block-table entry per block of it, so a length of 10^15 took minutes."""
 
 FIELDS = ("max_batch_size", "max_seq_len", "max_num_tokens", "max_draft_len", "num_extra_kv_tokens", "device")
 

@@ -160,8 +160,7 @@ def check_args(args):
         validation.finite("--max-gpu-total-gib", args.max_gpu_total_gib, 1 / GiB, MAX_GIB)
     validation.optional_count("--max-tokens", args.max_tokens, 1)
     validation.count("-B/--max-batch-size", args.max_batch_size, 1, validation.MAX_BATCH_SIZE, "kvcm.MAX_BATCH_SIZE")
-    from .limits import MAX_SEQ_LEN
-    cap = min(positions or MAX_SEQ_LEN, MAX_SEQ_LEN)
+    cap = min(positions or validation.MAX_SEQ_LEN, validation.MAX_SEQ_LEN)
     validation.count("-S/--max-seq-len", args.max_seq_len, 1, cap,
                      "the model's max_position_embeddings" if cap == positions else "kvcm.MAX_SEQ_LEN")
     validation.count("-N/--max-num-tokens", args.max_num_tokens, 1)
