@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -108,8 +109,7 @@ def run_kvcm(model, tok, prompts, args, version: str, reuse: bool) -> dict:
     wall = time.perf_counter() - t
     st = llm.reuse_stats
     ttft = [o.first_token_s for o in outs if o.first_token_s is not None]
-    usage = [u.as_dict() for u in llm.page_usage] if hasattr(llm.page_usage[0], "as_dict") else \
-        [vars(u) for u in llm.page_usage]
+    usage = [vars(u) for u in llm.page_usage]
     llm.close()
     del llm
     free_device_memory(args.device)
@@ -171,7 +171,6 @@ def main(argv=None) -> int:
     ap.add_argument("--no-hf", action="store_true", help="leave Hugging Face generate out")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    import os
     root = Path(__file__).resolve().parents[1]
     gsm8k = Path(args.gsm8k or os.environ.get("KVCM_GSM8K_DIR") or root.parent / "shared" / "data" / "gsm8k")
     for split in ("test", "train"):
