@@ -185,6 +185,14 @@ def draft_catch_up_start(history: int, num_tokens: int) -> int:
     return history
 
 
+@seam("where the refill of a draft request made after steps without speculation stops: at the end of its "
+      "context, every token the target committed while the drafter was idle (TensorRT-LLM "
+      "test_min_runtime_draft_len.py: with a draft length of 0 the drafter's KV was not refreshed while the target "
+      "committed tokens, and later drafts attended to positions allocated but never written)")
+def draft_refill_stop(context_len: int, prompt_len: int) -> int:
+    return context_len
+
+
 @seam("whether a request is retired when its step is committed, before its token is read: when the token "
       "reaches max_new_tokens or max_seq_len (vLLM PR #27922: async scheduling ran one step past max_tokens)")
 def retire_at_commit(num_outputs: int, max_new_tokens: int, num_tokens: int, max_seq_len: int) -> bool:

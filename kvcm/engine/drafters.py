@@ -10,7 +10,9 @@ when it keeps KV of its own, mirrors the target's capacity calls on its own mana
   target gets and run ``D`` times per step. Its history may lag the target's by one token (when every
   proposal was accepted, the last one was never fed to it), so its first forward of a step takes the 1 or 2
   *pending* tokens; it reserves ``pending + D - 1`` slots (``begin_generation(num_draft=pending + D - 2)``)
-  and ``end_generation`` keeps only the slots whose tokens were accepted.
+  and ``end_generation`` keeps only the slots whose tokens were accepted. After steps that did not speculate
+  (``spec_cutoff.py``) its cache lags by more; the first speculative step remakes its request up to the
+  target's history (its cached blocks reused when the draft's cache reuses) before drafting (``_resync``).
 
 Both fill in exactly ``D`` tokens for every sequence, so a batch keeps one verification shape ``(bs, 1 + D)``.
 """
@@ -32,6 +34,8 @@ class ModelDrafter:
         self.history: dict[object, int] = {}     # tokens with KV in the draft's cache, per request
         self.admitted: dict[object, int] = {}    # tokens the draft's manager was made with (block reuse)
         self.reuse = False                       # set by the engine: admit with token ids (``reuse.py``)
+        self.refill: dict[object, StepItem] = {}  # the prefill a resynced request runs before it drafts
+        self.num_resyncs = 0                     # requests remade after steps without speculation
         self.name = name
 
     # ---- capacity, mirrored from the scheduler's calls on the target ----------------------------------------
@@ -68,7 +72,30 @@ class ModelDrafter:
         return seq.num_tokens - self.history[seq.request_id]
 
     def begin_decode(self, seq) -> None:
+        h = self.history.get(seq.request_id)
+        if h is None or h < max(seq.num_tokens - 2, seq.prefill_len):   # speculation was off: a step or more
+            self._resync(seq)                                              # went by without the draft
         self.manager.begin_generation(seq.request_id, num_draft=self._pending(seq) + self.num_draft - 2)
+
+    def _resync(self, seq) -> None:
+        """Remake the draft's request with every token of ``seq`` but the last as its context, so this step
+        drafts as after an ordinary step (one pending token). The context is computed from the draft's cached
+        prefix, in a forward of its own before the drafting (``refill``). Repeating it after a failed grow
+        starts over, so a retry after a preemption is safe."""
+        rid, n = seq.request_id, seq.num_tokens
+        self.num_resyncs += 1
+        self.free(seq)
+        context = seq.token_ids[:n - 1]
+        cached = _reuse.admit(self.manager, rid, context) if self.reuse else None
+        start = cached or 0
+        self.manager.begin_context_chunk(rid, start, n - 1 - start, n - 1)
+        self.manager.end_context_chunk(rid, n - 1)
+        if cached is not None:
+            self.admitted[rid] = n - 1
+        self.history[rid] = n - 1
+        stop = seams.draft_refill_stop(n - 1, len(seq.prompt_token_ids))
+        if start < stop:
+            self.refill[rid] = StepItem(rid, context[start:stop], start, decode=False, num_logits=0)
 
     def end_decode(self, seq, length: int, num_accepted: int) -> None:
         """``length``: the sequence's tokens before this step's; keep the draft KV of accepted tokens only."""
@@ -81,6 +108,7 @@ class ModelDrafter:
 
     def free(self, seq) -> None:
         self.history.pop(seq.request_id, None)
+        self.refill.pop(seq.request_id, None)
         admitted = self.admitted.pop(seq.request_id, None)
         if self.manager.has_request(seq.request_id):
             if admitted is not None:
@@ -111,6 +139,9 @@ class ModelDrafter:
         chunks = [c for c in (self.chunk_item(s, it) for s, it in zip(seqs, items) if not it.decode)
                   if c is not None]
         first = [self._catch_up(s) for s, _ in dec]
+        refills = [self.refill.pop(s.request_id) for s, _ in dec if s.request_id in self.refill]
+        if refills:
+            self.runner.run(refills)
         if not dec:
             if chunks:
                 self.runner.run(chunks)

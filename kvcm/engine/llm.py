@@ -25,6 +25,7 @@ from .drafters import ModelDrafter, NgramDrafter
 from . import page_usage as _page_usage
 from . import reuse as _reuse
 from .pipeline import StepPipeline
+from . import spec_cutoff
 from .scheduler import Scheduler
 from .sequence import SamplingParams, Sequence
 from .trace import Tracer
@@ -84,7 +85,8 @@ class LLM:
                  cuda_graph: bool = False, cuda_graph_batch_sizes: list[int] | None = None,
                  cuda_graph_token_buckets: list[int] | None = None, graph_capture: bool | None = None,
                  overlap: bool = True, drafter=None, draft_kvcm_version: str | None = None,
-                 draft_kv_cache_config=None, enable_block_reuse: bool | None = None):
+                 draft_kv_cache_config=None, enable_block_reuse: bool | None = None,
+                 spec_max_concurrency: int | None = spec_cutoff.DEFAULT_SPEC_MAX_CONCURRENCY):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
         (eagerly) on the CPU unless ``graph_capture`` says otherwise. ``overlap``: schedule and launch each
@@ -95,6 +97,10 @@ class LLM:
         with the executor), an ``NgramDrafter``, or a draft model (a causal LM sharing the tokenizer, with
         its own ``draft_kvcm_version`` cache; target and draft split one memory budget: ``kvcm.draft_budget``,
         unless ``draft_kv_cache_config`` sizes the draft's cache on its own).
+
+        ``spec_max_concurrency``: speculate only while at most this many requests are active, plain (overlapped)
+        steps above (TensorRT-LLM's ``max_concurrency``; ``spec_cutoff.py``, whose default comes from the H200);
+        None speculates always, 0 never.
 
         ``enable_block_reuse``: admit each request with its token ids so its prefill computes only what its
         manager has not cached (``reuse.py``; a draft model's cache reuses on its own); None follows
@@ -112,6 +118,7 @@ class LLM:
                                     cuda_graph_batch_sizes=cuda_graph_batch_sizes,
                                     cuda_graph_token_buckets=cuda_graph_token_buckets)
         checks.check_drafter(drafter, max_draft_len, model)
+        self.spec_max_concurrency = spec_cutoff.check(spec_max_concurrency)
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         if kv_cache_config is None:
@@ -167,7 +174,7 @@ class LLM:
         self.reuse_stats = _reuse.ReuseStats()
         self.spec_stats = None        # the drafter's acceptance (``spec_stats.SpecStats``) in the last generate
         self.num_preemptions = 0      # requests preempted by recompute in the last generate
-        self.pipeline = StepPipeline(self.runner, self.graphs, overlap=overlap and max_draft_len == 0)
+        self.pipeline = StepPipeline(self.runner, self.graphs, overlap=overlap)
         log.info("%r", self)
 
     def _reuse_flag(self, asked) -> bool:
@@ -236,7 +243,7 @@ class LLM:
         prompts = checks.prompts(prompts, self.tokenizer, self.model.config.vocab_size, self.max_seq_len)
         scheduler = Scheduler(self.manager, self.limits, eos_token_ids=self.eos_token_ids,
                               tokenizer=self.tokenizer, drafter=self.drafter, reuse=self.enable_block_reuse,
-                              on_finish=on_finish)
+                              on_finish=on_finish, spec_max_concurrency=spec_cutoff.check(self.spec_max_concurrency))
         # the last generate's figures, each kept by the scheduler that ran it
         self.reuse_stats, self.spec_stats = scheduler.reuse_stats, scheduler.spec_stats
         seqs = []

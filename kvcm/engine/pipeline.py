@@ -22,11 +22,13 @@ changes is only when the host learns that a token stopped a sequence (EOS, a sto
 later, so that sequence runs one step too many (its token is dropped) and frees its pages a step later. A
 length limit is known without the token, so it is applied at commit, as before.
 
-Speculative decoding (``max_draft_len > 0``) takes several logit rows per sequence; it is not overlapped: the
-drafter proposes after *schedule* (``Scheduler.draft``), and *commit* and *complete* are one
-``Scheduler.verify``, since how many tokens a step keeps is known only from its tokens, and the next step's
-drafts are learned from them. Its host work between reading a step's tokens and launching the next (verify,
-schedule, draft, fill) is therefore added to every step (``benchmarks/spec_host.py`` measures it).
+A speculative step (a drafter, and no more active requests than its cut-off: ``Scheduler.decide``,
+``spec_cutoff.py``) takes several logit rows per sequence; it is not overlapped: the drafter proposes after
+*schedule* (``Scheduler.draft``), and *commit* and *complete* are one ``Scheduler.verify``, since how many tokens
+a step keeps is known only from its tokens, and the next step's drafts are learned from them. Its host work
+between reading a step's tokens and launching the next (verify, schedule, draft, fill) is therefore added to
+every step (``benchmarks/spec_host.py`` measures it). A step above the cut-off is a plain step and overlaps like
+one; the first speculative step after it completes the step in flight before it is scheduled.
 
 A step in which the drafter has nothing to propose runs as a plain ``(bs, 1)`` decode (``NgramDrafter.draft``),
 but still serially. Overlapping it would mean launching the step after it before its token is read, that is
@@ -54,6 +56,16 @@ class Verification:
 
 
 @dataclass
+class Launch:
+    """One timed launch (``StepPipeline.timeline``): a CUDA event queued right after its forward, so it fires
+    when the GPU has computed the step; the time between two launches' events is a step's period on the GPU."""
+    done: torch.cuda.Event
+    rows: int
+    tokens: int
+    static: object       # the ``StaticStep`` that ran it (a decode graph or a token bucket), None when eager
+
+
+@dataclass
 class InFlight:
     """A launched step whose tokens the host has not read yet."""
     pending: list                        # (sequence, output position) of each logit row
@@ -64,8 +76,9 @@ class InFlight:
 class StepPipeline:
     def __init__(self, runner, graphs=None, *, overlap: bool):
         """``runner``: the target's ``ModelRunner``; ``graphs``: its ``StepGraphs`` when steps replay (None
-        otherwise; ``close`` drops them); ``overlap``: launch each step before the previous one completes
-        (the engine asks it only without a drafter)."""
+        otherwise; ``close`` drops them); ``overlap``: launch each plain step before the previous one completes.
+        ``timeline``: set it to a list to have each launch on CUDA append a :class:`Launch`
+        (``benchmarks/step_profile.py`` reads each step's period, and so its host share, from them)."""
         self.runner, self.graphs = runner, graphs
         self.overlap = overlap
         self.cuda = runner.device.type == "cuda"
@@ -77,6 +90,7 @@ class StepPipeline:
             if self.cuda else None
         self._turn = 0
         self.num_launched_ahead = 0      # steps launched before the previous one completed
+        self.timeline: list | None = None
 
     @torch.inference_mode()
     def run(self, scheduler: Scheduler) -> None:
@@ -92,8 +106,14 @@ class StepPipeline:
     def _run(self, scheduler: Scheduler) -> None:
         in_flight = None
         while scheduler.has_work:
-            step = self._launch(scheduler)
-            if self.overlap:   # complete the previous step while this one runs
+            spec = scheduler.decide()
+            if spec and in_flight is not None:   # a speculative step drafts from every token: read them first
+                self._complete(scheduler, in_flight)
+                in_flight = None
+                if not scheduler.has_work:
+                    break
+            step = self._launch(scheduler, spec)
+            if self.overlap and not spec:   # complete the previous step while this one runs
                 step, in_flight = in_flight, step
                 self.num_launched_ahead += step is not None
             if step is not None:
@@ -101,7 +121,7 @@ class StepPipeline:
         if in_flight is not None:
             self._complete(scheduler, in_flight)
 
-    def _launch(self, scheduler: Scheduler) -> InFlight:
+    def _launch(self, scheduler: Scheduler, spec: bool = False) -> InFlight:
         seqs, items = scheduler.schedule()
         scheduler.draft(seqs, items)
         runner, graphs = self.runner, self.graphs
@@ -111,7 +131,9 @@ class StepPipeline:
         else:
             packed = sampler.greedy_packed(runner.run(items))
             k = packed.shape[1]
-        if self.overlap:      # only an overlapped step's successor carries placeholders for these tokens
+        if self.timeline is not None and self.cuda:
+            self._mark(items, static)
+        if self.overlap and not spec:   # only an overlapped step's successor carries placeholders for these tokens
             runner.publish(packed, k)
         if self.cuda:
             host = self._host[self._turn][:2 * k].view(2, k)
@@ -121,8 +143,13 @@ class StepPipeline:
             ready.record()
         else:
             host, ready = packed[:, :k], None
-        pending = scheduler.commit(seqs, items) if scheduler.drafter is None else Verification(seqs, items)
+        pending = Verification(seqs, items) if spec else scheduler.commit(seqs, items)
         return InFlight(pending, host, ready)
+
+    def _mark(self, items, static) -> None:
+        done = torch.cuda.Event(enable_timing=True)
+        done.record()
+        self.timeline.append(Launch(done, len(items), sum(len(it.token_ids) for it in items), static))
 
     @staticmethod
     def _complete(scheduler: Scheduler, step: InFlight) -> None:

@@ -22,7 +22,9 @@ as above), :meth:`Scheduler.draft` fills the drafts in before the forward, and :
 the longest prefix of drafts equal to the target's greedy choices plus the target's next token, rewinding the
 rejected slots (``end_generation(num_accepted=a)``; where the drafter proposed nothing for a whole step, its
 items are plain decodes and every reserved slot is rewound). How many tokens a step yields is known only from its
-tokens, so these steps are not overlapped. The output is exactly plain greedy decoding.
+tokens, so these steps are not overlapped. The output is exactly plain greedy decoding. Above a number of active
+requests (``spec_cutoff.py``, :meth:`Scheduler.decide`) a step does not speculate: it is scheduled, committed and
+completed as a plain step, without the drafter.
 """
 from __future__ import annotations
 
@@ -36,16 +38,19 @@ from ..limits import Limits
 from . import reuse as _reuse
 from .runner import StepItem, placeholders
 from .sequence import Sequence, Status
+from .spec_cutoff import should_speculate
 from .spec_stats import SpecStats
 
 
 class Scheduler:
     def __init__(self, mgr, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None,
-                 reuse: bool = False, on_finish=None):
+                 reuse: bool = False, on_finish=None, spec_max_concurrency: int | None = None):
         """``limits``: the engine's ``kvcm.Limits`` (the one its caches were sized for); the scheduler reads the
         batch size, the sequence length and the step's token budget from it. ``reuse``: admit each request with
         its token ids, so its prefill starts after its cached prefix (``reuse.py``). ``on_finish(index)``: called
-        once per request as it finishes (progress bars; its last token may still be on its way)."""
+        once per request as it finishes (progress bars; its last token may still be on its way).
+        ``spec_max_concurrency``: with a drafter, speculate only while this many requests or fewer are active
+        (``spec_cutoff.py``; None: always)."""
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kvcm.Limits, got {type(limits).__name__}")
         self.mgr = mgr
@@ -61,6 +66,8 @@ class Scheduler:
         self.reuse_stats = _reuse.ReuseStats()
         self.on_finish = on_finish
         self.spec_stats = SpecStats(drafter.name) if drafter is not None else None   # acceptance of this run
+        self.spec_max_concurrency = spec_max_concurrency
+        self.speculating = drafter is not None     # this step's mode (``decide``)
 
     max_batch_size = property(lambda self: self.limits.max_batch_size)
     max_seq_len = property(lambda self: self.limits.max_seq_len)
@@ -78,6 +85,21 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     # ---- scheduling ------------------------------------------------------------------------------------------
+    def decide(self) -> bool:
+        """Whether the next step speculates (``spec_cutoff.should_speculate`` on the requests running and
+        waiting); False without a drafter. Asked before each step; the step's capacity calls follow it."""
+        if self.drafter is None:
+            return False
+        on = should_speculate(len(self.running) + len(self.waiting), max_concurrency=self.spec_max_concurrency,
+                              max_batch_size=self.max_batch_size, max_num_tokens=self.max_num_tokens,
+                              num_draft=self.num_draft)
+        self.speculating = on
+        if on:
+            self.spec_stats.steps_on += 1
+        else:
+            self.spec_stats.steps_off += 1
+        return on
+
     def _preempt(self, victim: Sequence) -> None:
         self.running.remove(victim)
         self._release(victim, draft=seams.preempt_frees_draft(self.drafter is not None))
@@ -113,7 +135,7 @@ class Scheduler:
         """A prefill chunk on the target and the drafter (repeating a chunk that fitted before is a no-op)."""
         def grow():
             self.mgr.begin_context_chunk(seq.request_id, start, n, seq.prefill_len)
-            if self.drafter is not None:
+            if self.speculating:
                 self.drafter.begin_chunk(seq, start, n)
         return grow
 
@@ -138,7 +160,8 @@ class Scheduler:
         items: list[StepItem] = []
         scheduled: set = set()
         # the loop every step runs once per running sequence: properties and constants are read inline
-        begin_generation, max_batch_size, drafter = self.mgr.begin_generation, self.max_batch_size, self.drafter
+        begin_generation, max_batch_size = self.mgr.begin_generation, self.max_batch_size
+        drafter = self.drafter if self.speculating else None
         running = Status.RUNNING
         for seq in list(self.running):
             if len(seqs) >= max_batch_size or budget < 1:
@@ -282,8 +305,8 @@ class Scheduler:
 
     def draft(self, seqs: list[Sequence], items: list[StepItem]) -> None:
         """The drafting step: the drafter fills in each verification item's drafts (and feeds its own cache
-        this step's prefill chunks)."""
-        if self.drafter is not None:
+        this step's prefill chunks). Nothing when this step does not speculate."""
+        if self.speculating:
             self.drafter.draft(seqs, items)
 
     def verify(self, seqs: list[Sequence], items: list[StepItem], tokens: list[int], margins: list[float]):
@@ -338,7 +361,7 @@ class Scheduler:
     def _draft_slots(self, seq: Sequence) -> int:
         """Draft slots a verification of ``seq`` reserves: ``D``, fewer near ``max_seq_len``. ``verify`` rewinds
         exactly these, even when the drafter proposed nothing and the step ran as a plain decode."""
-        return min(self.num_draft, self.limits.max_seq_len - seq.num_tokens)
+        return min(self.num_draft, self.limits.max_seq_len - seq.num_tokens) if self.speculating else 0
 
     def _check_stop(self, seq: Sequence, pos: int) -> bool:
         """Whether output ``pos`` (the newest resolved one) stops ``seq``; sets its finish reason."""

@@ -18,6 +18,8 @@ class SpecStats:
     accepted: int = 0
     accepted_at: list[int] = field(default_factory=list)   # steps whose draft i was accepted
     proposed_at: list[int] = field(default_factory=list)   # steps that proposed a draft i
+    steps_on: int = 0                       # engine steps that speculated
+    steps_off: int = 0                      # engine steps run plain: more requests active than the cut-off
 
     def record(self, num_draft: int, num_accepted: int) -> None:
         while len(self.proposed_at) < num_draft:
@@ -47,4 +49,5 @@ class SpecStats:
 
     def as_dict(self) -> dict:
         return {"drafter": self.name, "steps": self.steps, "mean_acceptance_length": self.mean_acceptance_length,
-                "acceptance_rate": self.acceptance_rate, "acceptance_by_position": self.acceptance_by_position}
+                "acceptance_rate": self.acceptance_rate, "acceptance_by_position": self.acceptance_by_position,
+                "steps_on": self.steps_on, "steps_off": self.steps_off}

@@ -42,3 +42,18 @@ def spec_preempt_keeps_draft(mp):
                   _ENGINE + "test_perfect_drafter_accepts_everything[v2-v1]"))
 def draft_skips_committed_token(mp):
     seams.replace(mp, "draft_catch_up_start", lambda history, num_tokens: num_tokens - 1)  # the last token only
+
+
+_CUTOFF = "suites/engine/test_spec_cutoff.py::"
+
+
+@defect("draft-cache-stale-after-plain-steps", upstream="NVIDIA/TensorRT-LLM tests/unittest/_torch/speculative/"
+        "hw_agnostic/test_min_runtime_draft_len.py (a draft length of 0 stopped refreshing the drafter's KV)",
+        story="above the speculation cut-off the draft model was fed nothing; when speculation came back the "
+              "draft's request held every position but computed only the prompt, so drafts read the positions "
+              "of the tokens generated meanwhile, allocated but never written, and acceptance fell, tokens "
+              "still right",
+        catchers=(_CUTOFF + "test_draft_model_cache_catches_up_after_plain_steps[reuse_off-v1-v2]",
+                  _CUTOFF + "test_draft_model_cache_catches_up_after_plain_steps[reuse_off-v2-v1]"))
+def draft_cache_stale_after_plain_steps(mp):
+    seams.replace(mp, "draft_refill_stop", lambda context_len, prompt_len: min(context_len, prompt_len))

@@ -85,9 +85,14 @@ def test_placeholders_are_resolved_on_the_device_side():
     assert llm.runner.resolve_placeholders(ids).tolist() == [5, 42, 7, 17, 99]
 
 
-def test_overlap_stays_off_for_speculative_decoding():
+@pytest.mark.parametrize("cutoff,overlapped", [(None, False), (0, True)], ids=["always_speculating", "never"])
+def test_speculative_steps_never_overlap_and_plain_ones_do(cutoff, overlapped):
+    """A verification's tokens decide the next step's drafts, so speculative steps run serially; with a drafter
+    but speculation off (``spec_max_concurrency``) the steps are plain and overlap."""
     model, _ = tiny_model("llama", seed=2)
-    assert not _llm(model, "v2", overlap=True, max_draft_len=2).pipeline.overlap
+    llm = _llm(model, "v2", overlap=True, max_draft_len=2, drafter="ngram", spec_max_concurrency=cutoff)
+    llm.generate(random_prompts(13, (6, 11, 17)), SamplingParams(max_new_tokens=8, ignore_eos=True))
+    assert (llm.pipeline.num_launched_ahead > 0) is overlapped
 
 
 @pytest.mark.parametrize("case", ["plain", "static-path"])
