@@ -19,8 +19,10 @@ much more slowly than one (the ``linear`` lines of ``batch1`` show it), bf16 row
    prompts and outputs). Then the step's anatomy: the GPU time of one replay of the plain ``(1, 1)`` and the
    verification ``(1, 1 + D)`` graphs (back to back), the wall time of a speculative step, and the difference,
    the host work not hidden behind the GPU.
-3. ``speed``: plain graph decode vs speculative (graphs) for each drafter and D in ``--drafts``, at each of
-   ``--batches`` (tokens/s, ratio, acceptance, parity against plain decoding at that batch).
+3. ``speed``: plain graph decode vs speculative (graphs) for each of ``--drafters`` and D in ``--drafts``, at
+   each of ``--batches``, for each speculation cut-off in ``--cutoffs`` (``spec_max_concurrency``: the engine's
+   default, ``none`` = always speculate, or a number): tokens/s, ratio, engine steps speculative and plain,
+   acceptance, parity against plain decoding at that batch.
 
     KVCM_SMOLLM2_GGUF=... KVCM_GSM8K_DIR=... python benchmarks/gpu_spec.py [--json out.json]
     python benchmarks/gpu_spec.py --only batch1            # the n-gram at batch 1 alone (~2-3 minutes on an H200)
@@ -158,6 +160,11 @@ def main(argv=None):
                          "match (default the first three; pool-oldest is TensorRT-LLM's default)")
     ap.add_argument("--batches", type=int, nargs="+", default=[8, 64], help="speed: batch sizes (default 8 64)")
     ap.add_argument("--drafts", type=int, nargs="+", default=[1, 2, 4], help="speed: draft lengths D, both drafters (default 1 2 4)")
+    ap.add_argument("--drafters", nargs="+", choices=["ngram", "model"], default=["ngram", "model"],
+                    help="speed: drafters (default both)")
+    ap.add_argument("--cutoffs", nargs="+", default=["default"],
+                    help="speed: spec_max_concurrency values to time, each against plain: 'default' (the engine's), "
+                         "'none' (always speculate) or an integer (default: default)")
     ap.add_argument("--prompts-per-slot", type=int, default=2, help="speed: batch x this many prompts, at least 4 (default 2)")
     ap.add_argument("--draft-layers", type=int, default=20, help="layers of the target kept as the draft model (default 20)")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs of each configuration, the median reported (default 2)")
@@ -280,19 +287,27 @@ def main(argv=None):
     for b in args.batches:
         say(f"SPEED batch {b:>3} ({len(sets[b])} prompts): plain graph decode {plain[b][1]:9.1f} tok/s")
         out["speed"].append({"batch": b, "config": "plain", "tok_s": plain[b][1]})
-    for drafter in ("ngram", "model") if args.batches else ():
+    from kvcm.engine.spec_cutoff import DEFAULT_SPEC_MAX_CONCURRENCY
+    cutoffs = {c: (DEFAULT_SPEC_MAX_CONCURRENCY if c == "default" else None if c == "none" else int(c))
+               for c in args.cutoffs}
+    for drafter in args.drafters if args.batches else ():
         for d in args.drafts:
             llm = build("v2", drafter, d, "v2")
             for b in args.batches:
-                outs, rate = timed(llm, sets[b], b)
-                same, line = _strict(plain[b][0], outs, sets[b], tok, args.tolerance, args.dtype == "float32")
-                ok &= same
-                st = llm.spec_stats
-                by_pos = ", ".join(f"{p:.2f}" for p in st.acceptance_by_position)
-                say(f"SPEED batch {b:>3} {drafter:>5} D={d}: {rate:9.1f} tok/s = {rate / plain[b][1]:5.2f}x plain; "
-                    f"acceptance length {st.mean_acceptance_length:.2f}, by position [{by_pos}]; parity {line}")
-                out["speed"].append({"batch": b, "config": f"{drafter}-D{d}", "tok_s": rate,
-                                     "vs_plain": rate / plain[b][1], "identical": same, "stats": st.as_dict()})
+                for name, cutoff in cutoffs.items():
+                    llm.spec_max_concurrency = cutoff
+                    outs, rate = timed(llm, sets[b], b)
+                    same, line = _strict(plain[b][0], outs, sets[b], tok, args.tolerance, args.dtype == "float32")
+                    ok &= same
+                    st = llm.spec_stats
+                    by_pos = ", ".join(f"{p:.2f}" for p in st.acceptance_by_position)
+                    label = f"cut-off {name}" + (f" = {cutoff}" if name == "default" else "")
+                    say(f"SPEED batch {b:>3} {drafter:>5} D={d} {label}: {rate:9.1f} tok/s = "
+                        f"{rate / plain[b][1]:5.2f}x plain; steps speculative / plain {st.steps_on} / "
+                        f"{st.steps_off}; acceptance length {st.mean_acceptance_length:.2f}, by position [{by_pos}]; "
+                        f"parity {line}")
+                    out["speed"].append({"batch": b, "config": f"{drafter}-D{d}", "cutoff": cutoff, "tok_s": rate,
+                                         "vs_plain": rate / plain[b][1], "identical": same, "stats": st.as_dict()})
             free(llm)
     say(f"total {time.perf_counter() - t0:.1f} s; {'ALL PASS' if ok else 'SOME FAIL'}")
     if args.json:

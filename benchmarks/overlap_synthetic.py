@@ -38,7 +38,7 @@ def main() -> int:
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 49000, (int(n),), generator=g).tolist()
                for n in torch.randint(80, 220, (256,), generator=g)]
-    print(describe(step_profile(llm, prompts, n1=16, n2=80)), flush=True)
+    print(describe(step_profile(llm, prompts, n=80)), flush=True)
     work, rates = prompts * 2, {}
     for overlap in (False, True):
         llm.pipeline.overlap = overlap

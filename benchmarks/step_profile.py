@@ -1,28 +1,23 @@
-"""How much of a CUDA-graph decode step is the GPU waiting for the host.
+"""How much of each CUDA-graph step the GPU spends waiting for the host: the host share, a median over steps.
 
-The step period is measured end to end: ``batch`` prompts decode ``n2`` and ``n1`` new tokens (EOS ignored),
-and ``(time(n2) - time(n1)) / (n2 - n1)`` leaves prefill out. The GPU's own time for the same step is the
-decode graph of that batch replayed back to back (nothing on the host between replays). The host share is the
-rest of the period: ``1 - gpu / period``, the fraction of each step the GPU sits idle. Both loops are measured
-on the same engine: overlapped (step n + 1 prepared while the GPU runs step n) and not.
+The engine's pipeline can record a CUDA event right after each step's forward is queued
+(``StepPipeline.timeline``, ``kvcm/engine/pipeline.py``); it fires when the GPU has computed that step. The time
+between two consecutive events is a step's *period* on the GPU's own clock: its GPU time, plus whatever time the
+GPU sat idle because the host had not queued the step yet. The GPU time of each static step (a decode graph or a
+token bucket) is its graph replayed back to back, nothing on the host in between (:func:`graph_gpu_ms`). A step's
+host share is ``1 - gpu / period``, and the figure reported is the median over the steps a graph ran, so a stall
+(a garbage collection, a page fault, a noisy neighbour) moves it only when it is the common case, which a single
+``(time(n2) - time(n1)) / (n2 - n1)`` over a whole run could not tell apart.
+
+* :func:`step_profile`: ``batch`` prompts decoding together (EOS ignored), overlapped and not; the steps that
+  are full-batch decodes on the batch's decode graph;
+* :func:`run_profile`: one run of any workload (``throughput.py``: all of GSM8K), every graph step.
 """
 from __future__ import annotations
 
-import time
+import statistics
 
 import torch
-
-
-def _timed(llm, prompts, n):
-    from kvcm.engine import SamplingParams
-    cuda = llm.device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    llm.generate(prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))
-    if cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - t
 
 
 def graph_gpu_ms(static, replays: int = 50) -> float:
@@ -37,64 +32,90 @@ def graph_gpu_ms(static, replays: int = 50) -> float:
     return start.elapsed_time(end) / replays
 
 
-def host_ms(llm, prompts, n) -> float:
-    """Host time per step of the overlapped loop (launch, and completion less its wait for the GPU), over a
-    run of ``n`` new tokens: below the GPU's time per step, the host is hidden."""
-    from kvcm.engine import pipeline, scheduler
-    spent, steps = [0.0], [0]
-    launch, complete = pipeline.StepPipeline._launch, scheduler.Scheduler.complete
-
-    def timed(f, count):
-        def wrapper(*a, **k):
-            t = time.perf_counter()
-            try:
-                return f(*a, **k)
-            finally:
-                spent[0] += time.perf_counter() - t
-                steps[0] += count
-        return wrapper
-    pipeline.StepPipeline._launch = timed(launch, 1)
-    scheduler.Scheduler.complete = timed(complete, 0)
+def _timeline(llm, prompts, params) -> list:
+    pipe = llm.pipeline
+    pipe.timeline = []
     try:
-        _timed(llm, prompts, n)
+        llm.generate(prompts, params)
+        torch.cuda.synchronize()
+        return pipe.timeline
     finally:
-        pipeline.StepPipeline._launch, scheduler.Scheduler.complete = launch, complete
-    return spent[0] / max(1, steps[0]) * 1e3
+        pipe.timeline = None
 
 
-def step_profile(llm, prompts, *, n1: int = 16, n2: int = 80) -> dict:
-    """Period and host share of a decode step at ``len(prompts)`` rows, overlapped and not."""
+def _steps(launches, keep=lambda launch: True) -> list[tuple[float, float, object]]:
+    """(period ms, GPU ms, launch) of each graph step after the first that ``keep`` accepts; each static step's
+    GPU time is measured once, after the run."""
+    gpu, rows = {}, []
+    for prev, cur in zip(launches, launches[1:]):
+        static = cur.static
+        if static is None or static.graph is None or not keep(cur):
+            continue
+        if id(static) not in gpu:
+            gpu[id(static)] = graph_gpu_ms(static)
+        rows.append((prev.done.elapsed_time(cur.done), gpu[id(static)], cur))
+    return rows
+
+
+def _summary(rows) -> dict:
+    if not rows:
+        return {"error": "no graph step was timed"}
+    shares = sorted(max(0.0, 1.0 - g / p) for p, g, _ in rows)
+    return {"steps": len(rows), "median_period_ms": statistics.median(p for p, _, _ in rows),
+            "median_gpu_ms": statistics.median(g for _, g, _ in rows),
+            "host_share": statistics.median(shares), "host_share_p90": shares[int(0.9 * (len(shares) - 1))]}
+
+
+def step_profile(llm, prompts, *, n: int = 80) -> dict:
+    """Decode steps of ``len(prompts)`` rows, ``n`` new tokens, overlapped and serial: medians over the steps
+    whose every row decoded on the batch's graph."""
+    from kvcm.engine import SamplingParams
     batch = len(prompts)
     shape = llm.graphs.shapes.get((batch, 1)) if llm.graphs is not None else None
     if shape is None or shape.graph is None:
         return {"error": f"no captured decode graph for batch {batch}"}
+    params = SamplingParams(max_new_tokens=n, ignore_eos=True)
     out = {"batch": batch}
     saved = llm.pipeline.overlap
     try:
         for overlap in (False, True):
             llm.pipeline.overlap = overlap
-            _timed(llm, prompts, n1)                     # warm
-            period = (_timed(llm, prompts, n2) - _timed(llm, prompts, n1)) / (n2 - n1) * 1e3
-            out["overlap" if overlap else "serial"] = {"period_ms": period}
+            llm.generate(prompts, SamplingParams(max_new_tokens=8, ignore_eos=True))     # warm
+            launches = _timeline(llm, prompts, params)
+            out["overlap" if overlap else "serial"] = _summary(
+                _steps(launches, lambda s: s.static is shape and s.rows == batch))
     finally:
         llm.pipeline.overlap = saved
-    llm.pipeline.overlap = True
-    try:
-        out["overlap"]["host_ms"] = host_ms(llm, prompts, n2)
-    finally:
-        llm.pipeline.overlap = saved
-    gpu = graph_gpu_ms(shape)
-    out["gpu_ms"] = gpu
-    for key in ("serial", "overlap"):
-        p = out[key]["period_ms"]
-        out[key]["host_share"] = max(0.0, 1.0 - gpu / p)
     return out
+
+
+def run_profile(llm, prompts, params) -> dict:
+    """One run of ``prompts``: the medians over every step a graph ran, and over its full-batch decode steps."""
+    launches = _timeline(llm, prompts, params)
+    rows = _steps(launches)
+    top = max((s.rows for _, _, s in rows), default=0)
+    out = {"launches": len(launches), "all": _summary(rows),
+           "full_decode": _summary([r for r in rows if r[2].static.q_len is not None and r[2].rows == top]),
+           "mixed": _summary([r for r in rows if r[2].static.q_len is None])}
+    out["full_decode"]["rows"] = top
+    return out
+
+
+def _line(s: dict) -> str:
+    if "error" in s:
+        return s["error"]
+    return (f"host share {100 * s['host_share']:.0f}% (p90 {100 * s['host_share_p90']:.0f}%), period "
+            f"{s['median_period_ms']:.2f} ms, GPU {s['median_gpu_ms']:.2f} ms, median of {s['steps']} steps")
 
 
 def describe(p: dict) -> str:
     if "error" in p:
         return f"   step profile: {p['error']}"
-    s, o = p["serial"], p["overlap"]
-    return (f"   graph decode step at batch {p['batch']}: GPU {p['gpu_ms']:.2f} ms (replays back to back); period "
-            f"{o['period_ms']:.2f} ms overlapped (host share {100 * o['host_share']:.0f}%; host work {o['host_ms']:.2f} "
-            f"ms a step, prefill included), {s['period_ms']:.2f} ms not (host share {100 * s['host_share']:.0f}%)")
+    return (f"   graph decode steps at batch {p['batch']}: overlapped {_line(p['overlap'])}; serial "
+            f"{_line(p['serial'])}")
+
+
+def describe_run(p: dict) -> str:
+    return (f"   every graph step of the run ({p['launches']} launches): {_line(p['all'])}\n"
+            f"     full-batch decode steps ({p['full_decode']['rows']} rows): {_line(p['full_decode'])}\n"
+            f"     mixed steps (token buckets): {_line(p['mixed'])}")

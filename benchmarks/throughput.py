@@ -8,7 +8,8 @@ batches, left padding) and transformers' own continuous batching (``generate_bat
 Beside tokens/s each engine's GSM8K accuracy is printed (flexible extract, ``drift.py``). Then a drift report:
 each engine against an fp32 run of the same prompts through the kvcm engine (outputs equal, tokens before the
 first divergence, the fp32 logit margin there), the same fp32 engine's outputs overlapped vs not on the first
-``--identity-prompts`` prompts, and on CUDA the host share of a graph decode step (``step_profile.py``).
+``--identity-prompts`` prompts, and on CUDA the host share of the graph steps, a median over steps, of the whole run
+and of full-batch decode steps overlapped and not (``step_profile.py``).
 
 Tokens/s counts generated tokens (prompt tokens excluded, EOS included) over wall time. Each engine is built and
 warmed up once (graph capture and first-call costs are reported apart, as setup) and run; then the engines take
@@ -84,7 +85,7 @@ class KvcmEngine:
     """A kvcm ``LLM`` built once (graphs captured once) and run on every round."""
 
     def __init__(self, model, tok, prompts, max_new, batch_size, device, *, kvcm_version="v2", cuda_graph=False,
-                 fraction=0.5, overlap=True):
+                 fraction=0.5, overlap=True, token_buckets=None, graph_batch_sizes=None):
         import kvcm
         from kvcm.engine import LLM
         self.max_new, self.device = max_new, torch.device(device)
@@ -98,7 +99,9 @@ class KvcmEngine:
         # chunked prefill of 8192 tokens a step on CUDA; on the CPU whole prompts (the pool is sized to the batch)
         self.llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=batch_size,
                        max_seq_len=max_seq, max_num_tokens=8192 if self.device.type == "cuda" else None,
-                       device=device, cuda_graph=cuda_graph, overlap=overlap)
+                       device=device, cuda_graph=cuda_graph, overlap=overlap,
+                       cuda_graph_token_buckets=token_buckets if cuda_graph else None,
+                       cuda_graph_batch_sizes=graph_batch_sizes if cuda_graph else None)
         self.llm.generate(prompts[:2], self._params(4))
         sync(device)
         self.setup_s = time.perf_counter() - t
@@ -203,7 +206,8 @@ def build(name, model, tok, prompts, args):
     common = (model, tok, prompts, args.max_new_tokens, args.batch_size, args.device)
     if name == "kvcm-graph":
         return KvcmEngine(*common, kvcm_version=args.kvcm_version, cuda_graph=True, fraction=args.fraction,
-                          overlap=not args.no_overlap)
+                          overlap=not args.no_overlap, token_buckets=args.token_buckets,
+                          graph_batch_sizes=args.graph_batch_sizes)
     if name == "kvcm-eager":
         return KvcmEngine(*common, kvcm_version=args.kvcm_version, fraction=args.fraction, overlap=not args.no_overlap)
     if name == "hf":
@@ -271,6 +275,10 @@ def main(argv=None):
     ap.add_argument("--identity-prompts", type=int, default=64,
                     help="fp32 outputs overlapped vs not on this many prompts")
     ap.add_argument("--no-overlap", action="store_true", help="time the kvcm engines with the serial step loop")
+    ap.add_argument("--token-buckets", type=int, nargs="+", default=None,
+                    help="kvcm-graph's token buckets for mixed steps (default: the engine's, powers of two 16 .. 8192)")
+    ap.add_argument("--graph-batch-sizes", type=int, nargs="+", default=None,
+                    help="kvcm-graph's decode graph batch sizes (default: the engine's, 1, 2, 4 .. batch)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -355,11 +363,13 @@ def main(argv=None):
         rep = compare_outputs(outs["kvcm-eager"], outs["kvcm-graph"], prompts, names=("eager", "graph"))
         say(f"   kvcm graph vs eager: {rep.num_prompts - len(rep.mismatches)}/{rep.num_prompts} identical")
     if "kvcm-graph" in engines and args.device == "cuda":
-        from step_profile import describe, step_profile
-        n2 = min(80, args.max_new_tokens)
+        from kvcm.engine import SamplingParams
+        from step_profile import describe, describe_run, run_profile, step_profile
+        llm = engines["kvcm-graph"].llm
         try:
-            info["step_profile"] = step_profile(engines["kvcm-graph"].llm, prompts[:args.batch_size], n1=n2 // 5,
-                                                n2=n2)
+            info["run_profile"] = run_profile(llm, prompts, SamplingParams(max_new_tokens=args.max_new_tokens))
+            say(describe_run(info["run_profile"]))
+            info["step_profile"] = step_profile(llm, prompts[:args.batch_size], n=min(80, args.max_new_tokens))
             say(describe(info["step_profile"]))
         except Exception as exc:  # the figures above stand without it
             say(f"   step profile failed: {type(exc).__name__}: {exc}")
