@@ -7,7 +7,14 @@
 #               of each from an fp32 run; fp32 overlapped vs serial on 64 prompts; a graph decode step's host share
 #   lane        the GPU lane, its slow tests (the model accuracy gates) included: pytest -p pytest_kvcm.plugin
 #               --kvcm-lane=l0_h200 --kvcm-version=both --kvcm-slow
+#   hostshare   benchmarks/throughput.py with kvcm graphs alone, twice back to back: tok/s and the host share
+#               (a median over steps) of two runs in a row
 #   spec        benchmarks/gpu_spec.py: speculative decoding's exactness and speed against plain graph decode
+#   cutoff      benchmarks/gpu_spec.py --only speed (bf16, D = 4, both drafters) at batch 1 .. 256, always
+#               speculating and with the engine's default cut-off (spec_max_concurrency)
+#   reuse       SmolLM2's GPU-lane block-reuse gates (suites/engine/test_reuse_cuda.py), then benchmarks/fewshot.py
+#               on all 1,319 GSM8K questions 8-shot (bf16, batch 256): HF generate, kvcm V2 and V1 with reuse
+#               off and on
 #   drift       benchmarks/kernel_drift.py: which component moves bf16 logits from fp32
 #   gemma       Gemma 3 270M: its GPU gates (suites/engine/test_gemma3_cuda.py, test_gemma3_tiny.py on CUDA) and
 #               benchmarks/fewshot.py on all 1,319 GSM8K questions 5-shot (bf16, batch 256): HF generate, then kvcm
@@ -41,6 +48,22 @@ for part in "${parts[@]}"; do
       timeout -s INT "$budget" python3 -m pytest -p pytest_kvcm.plugin --kvcm-lane=l0_h200 --kvcm-version=both \
         --kvcm-slow -q -ra 2>&1 | tail -80 > "$out/lane.log"
       tail -30 "$out/lane.log" ;;
+    hostshare)
+      for run in 1 2; do
+        timeout $(( budget / 2 )) python3 benchmarks/throughput.py --gsm8k "$KVCM_GSM8K_DIR" --num-prompts 0 \
+          --max-new-tokens 256 --batch-size 256 --dtype bfloat16 --repeats 1 --engines kvcm-graph --no-reference \
+          --json "$out/hostshare$run.json" 2>&1 | quiet | grep -E "kvcm-graph:|host share|steps" | tee -a "$out/hostshare.log"
+      done ;;
+    cutoff)
+      timeout "$budget" python3 benchmarks/gpu_spec.py --only speed --dtype bfloat16 --drafts 4 \
+        --batches 1 8 16 32 64 256 --cutoffs none default --repeats 1 --token-buckets 16 64 256 1024 \
+        --json "$out/cutoff.json" 2>&1 | quiet | tee "$out/cutoff.log" ;;
+    reuse)
+      timeout -s INT 240 python3 -m pytest -p pytest_kvcm.plugin suites/engine/test_reuse_cuda.py -q -ra 2>&1 \
+        | grep -v -E "Warning|warn" | tail -25 | tee "$out/reuse_gates.log"
+      timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model smollm2 --shots 8 \
+        --num-prompts 0 --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/fewshot.json" 2>&1 \
+        | quiet | tee "$out/fewshot.log" ;;
     spec)
       timeout "$budget" python3 benchmarks/gpu_spec.py --json "$out/gpu_spec.json" 2>&1 | quiet \
         | tee "$out/gpu_spec.log" ;;
@@ -55,7 +78,8 @@ for part in "${parts[@]}"; do
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model gemma-3-270m --shots 5 --num-prompts 0 \
         --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/gemma_fewshot.json" 2>&1 | quiet \
         | tee "$out/gemma_fewshot.log" ;;
-    *) echo "h200_figures: unknown part '$part' (throughput, lane, spec, drift, gemma)" >&2; exit 2 ;;
+    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, lane, spec, cutoff, reuse, drift, gemma)" >&2
+       exit 2 ;;
   esac
 done
 echo "== done at ${SECONDS} s"
