@@ -214,7 +214,9 @@ def main(argv=None):
         kind = None if drafter is None else drafter_model if drafter == "model" else drafter
         llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=b, max_seq_len=max_seq,
                   device=dev, cuda_graph=dev == "cuda", max_draft_len=d, drafter=kind,
-                  draft_kvcm_version=draft_kvcm_version, cuda_graph_token_buckets=args.token_buckets)
+                  draft_kvcm_version=draft_kvcm_version, cuda_graph_token_buckets=args.token_buckets,
+                  # the draft's cache sized on its own, so the target holds what plain decoding's engine holds
+                  draft_kv_cache_config=cfg if drafter == "model" else None)
         llm.generate(prompts[:2], SamplingParams(max_new_tokens=4))   # first launches, kernel compiles
         return llm
 

@@ -1,17 +1,18 @@
 """How much of each CUDA-graph step the GPU spends waiting for the host: the host share, a median over steps.
 
-The engine's pipeline can record a CUDA event right after each step's forward is queued
-(``StepPipeline.timeline``, ``kvcm/engine/pipeline.py``); it fires when the GPU has computed that step. The time
-between two consecutive events is a step's *period* on the GPU's own clock: its GPU time, plus whatever time the
-GPU sat idle because the host had not queued the step yet. The GPU time of each static step (a decode graph or a
-token bucket) is its graph replayed back to back, nothing on the host in between (:func:`graph_gpu_ms`). A step's
-host share is ``1 - gpu / period``, and the figure reported is the median over the steps a graph ran, so a stall
-(a garbage collection, a page fault, a noisy neighbour) moves it only when it is the common case, which a single
-``(time(n2) - time(n1)) / (n2 - n1)`` over a whole run could not tell apart.
+The engine's pipeline can record two CUDA events per step (``StepPipeline.timeline``,
+``kvcm/engine/pipeline.py``): one right before a graph's replay (after the step's buffers were copied) and one
+right after its forward. ``start`` to ``done`` is the step's own GPU time, on the step's real data (a token
+bucket's attention costs what its rows' KV lengths make it cost). ``done`` of one step to ``done`` of the next
+is a step's *period* on the GPU's clock: its GPU time, plus the time the GPU sat idle because the host had not
+queued it yet. A step's host share is ``1 - gpu / period``, and the figure reported is the median over the steps a
+graph ran, so a stall (a garbage collection, a page fault, a noisy neighbour) moves it only when it is the common
+case, which a single ``(time(n2) - time(n1)) / (n2 - n1)`` over a whole run could not tell apart.
 
 * :func:`step_profile`: ``batch`` prompts decoding together (EOS ignored), overlapped and not; the steps that
   are full-batch decodes on the batch's decode graph;
-* :func:`run_profile`: one run of any workload (``throughput.py``: all of GSM8K), every graph step.
+* :func:`run_profile`: one run of any workload (``throughput.py``: all of GSM8K), every graph step, and apart
+  its full-batch decodes and its mixed steps (token buckets: decodes beside prefill chunks).
 """
 from __future__ import annotations
 
@@ -44,17 +45,9 @@ def _timeline(llm, prompts, params) -> list:
 
 
 def _steps(launches, keep=lambda launch: True) -> list[tuple[float, float, object]]:
-    """(period ms, GPU ms, launch) of each graph step after the first that ``keep`` accepts; each static step's
-    GPU time is measured once, after the run."""
-    gpu, rows = {}, []
-    for prev, cur in zip(launches, launches[1:]):
-        static = cur.static
-        if static is None or static.graph is None or not keep(cur):
-            continue
-        if id(static) not in gpu:
-            gpu[id(static)] = graph_gpu_ms(static)
-        rows.append((prev.done.elapsed_time(cur.done), gpu[id(static)], cur))
-    return rows
+    """(period ms, GPU ms, launch) of each graph step after the first that ``keep`` accepts."""
+    return [(prev.done.elapsed_time(cur.done), cur.start.elapsed_time(cur.done), cur)
+            for prev, cur in zip(launches, launches[1:]) if cur.start is not None and keep(cur)]
 
 
 def _summary(rows) -> dict:

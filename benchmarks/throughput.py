@@ -85,7 +85,7 @@ class KvcmEngine:
     """A kvcm ``LLM`` built once (graphs captured once) and run on every round."""
 
     def __init__(self, model, tok, prompts, max_new, batch_size, device, *, kvcm_version="v2", cuda_graph=False,
-                 fraction=0.5, overlap=True, token_buckets=None, graph_batch_sizes=None):
+                 fraction=0.5, overlap=True, token_buckets=None, graph_batch_sizes=None, block_reuse=True):
         import kvcm
         from kvcm.engine import LLM
         self.max_new, self.device = max_new, torch.device(device)
@@ -101,7 +101,8 @@ class KvcmEngine:
                        max_seq_len=max_seq, max_num_tokens=8192 if self.device.type == "cuda" else None,
                        device=device, cuda_graph=cuda_graph, overlap=overlap,
                        cuda_graph_token_buckets=token_buckets if cuda_graph else None,
-                       cuda_graph_batch_sizes=graph_batch_sizes if cuda_graph else None)
+                       cuda_graph_batch_sizes=graph_batch_sizes if cuda_graph else None,
+                       enable_block_reuse=block_reuse)
         self.llm.generate(prompts[:2], self._params(4))
         sync(device)
         self.setup_s = time.perf_counter() - t
@@ -207,9 +208,10 @@ def build(name, model, tok, prompts, args):
     if name == "kvcm-graph":
         return KvcmEngine(*common, kvcm_version=args.kvcm_version, cuda_graph=True, fraction=args.fraction,
                           overlap=not args.no_overlap, token_buckets=args.token_buckets,
-                          graph_batch_sizes=args.graph_batch_sizes)
+                          graph_batch_sizes=args.graph_batch_sizes, block_reuse=not args.no_block_reuse)
     if name == "kvcm-eager":
-        return KvcmEngine(*common, kvcm_version=args.kvcm_version, fraction=args.fraction, overlap=not args.no_overlap)
+        return KvcmEngine(*common, kvcm_version=args.kvcm_version, fraction=args.fraction, overlap=not args.no_overlap,
+                          block_reuse=not args.no_block_reuse)
     if name == "hf":
         return HfGenerate(*common)
     if name == "cb":
@@ -277,6 +279,8 @@ def main(argv=None):
     ap.add_argument("--no-overlap", action="store_true", help="time the kvcm engines with the serial step loop")
     ap.add_argument("--token-buckets", type=int, nargs="+", default=None,
                     help="kvcm-graph's token buckets for mixed steps (default: the engine's, powers of two 16 .. 8192)")
+    ap.add_argument("--no-block-reuse", action="store_true", help="the kvcm engines with block reuse off (on by "
+                    "default, as in the engines it models)")
     ap.add_argument("--graph-batch-sizes", type=int, nargs="+", default=None,
                     help="kvcm-graph's decode graph batch sizes (default: the engine's, 1, 2, 4 .. batch)")
     args = ap.parse_args(argv)

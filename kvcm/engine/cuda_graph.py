@@ -107,10 +107,13 @@ class StaticStep:
         with torch.cuda.graph(self.graph, pool=pool):
             self.greedy = self.forward()
 
-    def launch(self, items: list[StepItem]) -> tuple[torch.Tensor, int]:
+    def launch(self, items: list[StepItem], started=None) -> tuple[torch.Tensor, int]:
         """Fill and replay (on the CPU: run) without waiting: the [2, R] greedy tensor on the device and how
-        many of its rows are real. The items are ones ``StepGraphs.pick`` chose this step for."""
+        many of its rows are real. The items are ones ``StepGraphs.pick`` chose this step for. ``started``: a
+        CUDA event recorded between the fill and the replay (a profile's start of the step's GPU work)."""
         k = self.fill(items, checked=True)
+        if started is not None:
+            started.record()
         if self.graph is not None:
             self.graph.replay()
             return self.greedy, k
@@ -201,11 +204,11 @@ class StepGraphs:
         return min(fits, key=lambda s: s.num_tokens) if fits else None
 
     @torch.inference_mode()
-    def launch(self, static: StaticStep, items: list[StepItem]) -> tuple[torch.Tensor, int]:
+    def launch(self, static: StaticStep, items: list[StepItem], started=None) -> tuple[torch.Tensor, int]:
         self.runner._trace(items)
         self.num_replays += 1
         self.num_bucket_replays += static.q_len is None
-        return static.launch(items)
+        return static.launch(items, started)
 
     def run(self, static: StaticStep, items: list[StepItem]) -> tuple[list[int], list[float]]:
         return sampler.unpack(*self.launch(static, items))

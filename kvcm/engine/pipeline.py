@@ -57,8 +57,10 @@ class Verification:
 
 @dataclass
 class Launch:
-    """One timed launch (``StepPipeline.timeline``): a CUDA event queued right after its forward, so it fires
-    when the GPU has computed the step; the time between two launches' events is a step's period on the GPU."""
+    """One timed launch (``StepPipeline.timeline``): CUDA events queued right before a graph's replay (after its
+    buffers were copied; None for an eager step) and right after the forward, so ``start`` to ``done`` is the
+    step's GPU time and ``done`` to the next launch's ``done`` its period on the GPU's clock."""
+    start: torch.cuda.Event | None
     done: torch.cuda.Event
     rows: int
     tokens: int
@@ -126,13 +128,15 @@ class StepPipeline:
         scheduler.draft(seqs, items)
         runner, graphs = self.runner, self.graphs
         static = graphs.pick(items) if graphs is not None else None
+        timed = self.timeline is not None and self.cuda
+        start = torch.cuda.Event(enable_timing=True) if timed and static is not None else None
         if static is not None:
-            packed, k = graphs.launch(static, items)
+            packed, k = graphs.launch(static, items, start)
         else:
             packed = sampler.greedy_packed(runner.run(items))
             k = packed.shape[1]
-        if self.timeline is not None and self.cuda:
-            self._mark(items, static)
+        if timed:
+            self._mark(items, static, start)
         if self.overlap and not spec:   # only an overlapped step's successor carries placeholders for these tokens
             runner.publish(packed, k)
         if self.cuda:
@@ -146,10 +150,10 @@ class StepPipeline:
         pending = Verification(seqs, items) if spec else scheduler.commit(seqs, items)
         return InFlight(pending, host, ready)
 
-    def _mark(self, items, static) -> None:
+    def _mark(self, items, static, start) -> None:
         done = torch.cuda.Event(enable_timing=True)
         done.record()
-        self.timeline.append(Launch(done, len(items), sum(len(it.token_ids) for it in items), static))
+        self.timeline.append(Launch(start, done, len(items), sum(len(it.token_ids) for it in items), static))
 
     @staticmethod
     def _complete(scheduler: Scheduler, step: InFlight) -> None:

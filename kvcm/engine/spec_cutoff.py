@@ -28,7 +28,7 @@ from __future__ import annotations
 from .. import validation
 
 #: Active requests at or below which ``LLM`` speculates (see the module docstring for where it comes from).
-DEFAULT_SPEC_MAX_CONCURRENCY = 16
+DEFAULT_SPEC_MAX_CONCURRENCY = 8
 
 
 def check(value) -> int | None:
