@@ -181,13 +181,14 @@ class ReuseMixin:
         return tables
 
     def _copy_rows(self, g: int, src: int, dst: int, n: int) -> None:
-        """The partial copy: the first ``n`` token rows of every layer of the group (real pools only)."""
-        if self.pools[g].storage is None:
-            return
-        for layer in self.layer_groups[g].layers:
-            view = self.layer_kv(layer)
-            rows = n // self.model.layers[layer].compress_ratio
-            view[dst, :, :rows] = view[src, :, :rows]
+        """The partial copy (real pools only): the whole page, every layer of the group in one copy, as
+        TensorRT-LLM's ``copyBlock`` copies a block. Only the first ``n`` token rows matter; the request writes
+        the rows after them before it reads them. One copy rather than one per layer and row range: an
+        admission runs on the host between two steps, and thirty small copies a request cost the overlapped
+        loop's host time."""
+        storage = self.pools[g].storage
+        if storage is not None:
+            storage[dst].copy_(storage[src])
 
     def get_prepopulated_prompt_len(self, request_id) -> int:
         state = self._seq(request_id).reuse
