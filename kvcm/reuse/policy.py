@@ -5,6 +5,8 @@ reusable. The cache (``kvcm.reuse.cache``) keeps the books; a policy decides.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from dataclasses import dataclass, field
 
 from .. import seams
@@ -188,14 +190,27 @@ def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int],
 
 
 def _covered_by_sibling(parent: Node, tokens: tuple) -> bool:
-    return any(len(s.tokens) > len(tokens) and s.tokens[:len(tokens)] == tokens
-               for s in parent.by_first.get(tokens[0], ()))
+    """A sibling longer than ``tokens`` starts with them (of the siblings that start with them, one equal to them
+    sorts first and every longer one after it)."""
+    siblings = parent.by_first.get(tokens[0])
+    if not siblings:
+        return False
+    lo, hi = siblings.span(tokens)
+    return hi > lo and len(siblings.keys[hi - 1]) > len(tokens)
 
 
 def _drop_covered_partials(cache, parent: Node, tokens: tuple) -> None:
     """A full block makes a shorter partial sibling with its prefix useless: evict it if nobody holds it."""
-    for s in list(parent.by_first.get(tokens[0], ())):
-        if len(s.tokens) < len(tokens) and tokens[:len(s.tokens)] == s.tokens and not any(s.refs) and s.is_leaf:
+    siblings = parent.by_first.get(tokens[0])
+    covered = []
+    for n in range(1, len(tokens)) if siblings else ():    # each shorter prefix, looked up by bisection
+        prefix = tokens[:n]
+        i = bisect_left(siblings.keys, prefix)
+        while i < len(siblings.keys) and siblings.keys[i] == prefix:
+            covered.append(siblings.nodes[i])
+            i += 1
+    for s in sorted(covered, key=lambda node: node.serial):   # oldest first, as they were filed
+        if not any(s.refs) and s.is_leaf:
             for g, page in enumerate(s.pages):
                 if page >= 0:
                     cache.unset_page(s, g, free=True)

@@ -10,18 +10,27 @@ root, so scopes never share a block.
 
 from __future__ import annotations
 
+import itertools
+from bisect import bisect_left, bisect_right
+from operator import attrgetter
+
 from .. import seams
+
+_serials = itertools.count()
+_by_serial = attrgetter("serial")
+_TOP = float("inf")      # above every token id: ``prefix + (_TOP,)`` bounds the tuples that start with ``prefix``
 
 
 class Node:
     __slots__ = ("tokens", "parent", "children", "by_first", "pages", "refs", "stamps", "child_pages", "priority",
-                 "depth")
+                 "depth", "serial")
 
     def __init__(self, tokens: tuple, parent: "Node | None", num_groups: int, priority: int = 35):
         self.tokens = tokens
         self.parent = parent
+        self.serial = next(_serials)            # creation order: ties between partial matches go to the oldest
         self.children: dict = {}
-        self.by_first: dict = {}                # first token -> children starting with it (partial matching)
+        self.by_first: dict = {}                # first token -> Siblings starting with it (partial matching)
         self.pages = [-1] * num_groups          # per group: the page holding this block's KV, -1 = none
         self.refs = [0] * num_groups            # per group: requests holding that page
         self.stamps = [0] * num_groups          # per group: when the page was last released (LRU order)
@@ -38,6 +47,51 @@ class Node:
 
     def __repr__(self):
         return f"Node(depth={self.depth}, tokens={len(self.tokens)}, pages={self.pages}, refs={self.refs})"
+
+
+class Siblings:
+    """The children of one node that start with the same token, sorted by their tokens, so the siblings sharing a
+    prefix with some tokens are one contiguous run found by bisection. A prompt prefix shared by many requests
+    that ends mid-block gives its last full block one such child per request; scanning them all made each
+    admission cost as much as the requests cached before it."""
+    __slots__ = ("keys", "nodes")
+
+    def __init__(self):
+        self.keys: list[tuple] = []
+        self.nodes: list[Node] = []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self):
+        return iter(self.nodes)
+
+    def add(self, node: Node) -> None:
+        i = bisect_right(self.keys, node.tokens)
+        self.keys.insert(i, node.tokens)
+        self.nodes.insert(i, node)
+
+    def remove(self, node: Node) -> None:
+        i = bisect_left(self.keys, node.tokens)
+        while i < len(self.keys) and self.keys[i] == node.tokens:
+            if self.nodes[i] is node:
+                del self.keys[i], self.nodes[i]
+                return
+            i += 1
+
+    def span(self, prefix: tuple) -> tuple[int, int]:
+        """The index range of the siblings whose tokens start with ``prefix`` (the one equal to it first)."""
+        return bisect_left(self.keys, prefix), bisect_right(self.keys, prefix + (_TOP,))
+
+    def longest_common(self, tokens: tuple) -> int:
+        """The most leading tokens any sibling shares with ``tokens``: one of its two neighbours in sorted order."""
+        i, best = bisect_left(self.keys, tokens), 0
+        for key in self.keys[max(0, i - 1):i + 1]:
+            n, limit = 0, min(len(key), len(tokens))
+            while n < limit and key[n] == tokens[n]:
+                n += 1
+            best = max(best, n)
+        return best
 
 
 class RadixTree:
@@ -59,7 +113,10 @@ class RadixTree:
         node = Node(tokens, parent, self.num_groups, priority)
         parent.children[seams.block_key(tokens)] = node
         if tokens:
-            parent.by_first.setdefault(tokens[0], []).append(node)
+            siblings = parent.by_first.get(tokens[0])
+            if siblings is None:
+                siblings = parent.by_first[tokens[0]] = Siblings()
+            siblings.add(node)
         return node
 
     def remove(self, node: Node) -> None:
@@ -69,7 +126,7 @@ class RadixTree:
         if parent.children.get(key) is node:
             del parent.children[key]
         siblings = parent.by_first.get(node.tokens[0]) if node.tokens else None
-        if siblings is not None and node in siblings:
+        if siblings is not None:
             siblings.remove(node)
             if not siblings:
                 del parent.by_first[node.tokens[0]]
@@ -90,15 +147,21 @@ class RadixTree:
 
     @staticmethod
     def partial_candidates(parent: Node, tokens: tuple):
-        """Children of ``parent`` sharing a first token with ``tokens``, each with the length of the common prefix
-        (most first); only those share anything, so the scan is bounded by them, not by the tree."""
-        if not tokens:
-            return []
-        out = []
-        for node in parent.by_first.get(tokens[0], ()):
-            n, limit = 0, min(len(tokens), len(node.tokens))
-            while n < limit and node.tokens[n] == tokens[n]:
-                n += 1
-            out.append((n, node))
-        out.sort(key=lambda item: -item[0])
-        return out
+        """Children of ``parent`` sharing a first token with ``tokens``, each with the length of the common prefix:
+        most first, the oldest first among equals (TensorRT-LLM compares every child; this order is the same).
+        Yielded level by level: the siblings sharing ``k`` tokens are one bisected run of the sorted siblings, so
+        a caller that takes the first usable one pays for the best level, not for every sibling."""
+        siblings = parent.by_first.get(tokens[0]) if tokens else None
+        if not siblings:
+            return
+        lo = hi = None
+        for k in range(siblings.longest_common(tokens), 0, -1):
+            a, b = siblings.span(tokens[:k])
+            level = siblings.nodes[a:b] if lo is None else siblings.nodes[a:lo] + siblings.nodes[hi:b]
+            lo, hi = a, b
+            if not level:
+                continue
+            first = min(level, key=_by_serial)      # usually taken: the rest are sorted only when it is not
+            yield k, first
+            for node in sorted(level, key=_by_serial)[1:]:
+                yield k, node

@@ -158,3 +158,40 @@ def test_dsv4_forces_partial_reuse_off_and_reuses_whole_blocks():
 def test_dsv4_plain_model_keeps_partial_reuse():
     mgr = build("v2")
     assert mgr.enable_partial_reuse
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_partial_candidates_are_every_sibling_most_shared_first_oldest_first(seed):
+    """The bisected sibling index gives the order a comparison against every child gives (TensorRT-LLM's
+    ``findMatchingBlock`` compares them all): common prefix length descending, filing order among equals; and
+    it stays so as siblings are removed. Small token alphabets make long shared prefixes and many ties."""
+    import random
+
+    from kvcm.reuse.tree import Node, RadixTree
+
+    rng = random.Random(seed)
+    tree = RadixTree(1)
+    parent = tree.root(None, create=True)
+    kids = []
+    for _ in range(60):
+        tokens = (7,) + tuple(rng.randrange(3) for _ in range(rng.randrange(0, 6)))
+        if parent.children.get(tokens) is None:
+            kids.append(tree.add_child(parent, tokens, 35))
+    for victim in rng.sample(kids, 15):
+        tree.remove(victim)
+        kids.remove(victim)
+
+    def brute(query):
+        out = []
+        for node in sorted(kids, key=lambda n: n.serial):
+            n, limit = 0, min(len(query), len(node.tokens))
+            while n < limit and node.tokens[n] == query[n]:
+                n += 1
+            out.append((n, node))
+        return [(n, node) for n, node in sorted(out, key=lambda item: -item[0]) if n > 0]
+
+    for _ in range(40):
+        query = (7,) + tuple(rng.randrange(3) for _ in range(rng.randrange(0, 6)))
+        assert list(RadixTree.partial_candidates(parent, query)) == brute(query), query
+    assert list(RadixTree.partial_candidates(parent, (8, 1))) == []
+    assert isinstance(parent, Node)
