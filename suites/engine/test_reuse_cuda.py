@@ -11,6 +11,11 @@ is a second ``generate`` on one engine (the first fills the cache), asserts that
 * reuse on == Hugging Face ``generate`` (an uncached model), where a difference may only be a near tie
   (margin < 1e-3: the Triton kernel sums in another order than HF's attention).
 
+The first ``generate`` runs *other* prompts sharing the prefixes (but for the same-prompt case), so the compared
+run's hits end part way through each prompt, where an engine that starts its prefill at the wrong token or trusts
+a hit for the whole prompt reads KV it never wrote (``reuse-prefill-skips-a-token``,
+``reuse-prefill-trusts-any-hit``).
+
 Cases: (a) the same prompt twice, (b) prompts sharing a prefix and diverging at and around block boundaries,
 (c) GSM8K 8-shot (one shared prefix from the train split, then each test question), (d) reuse after preemption,
 (e) speculative decoding (the n-gram pool, and a draft model with its own reusing cache).
@@ -98,7 +103,8 @@ def test_shared_prefixes_diverging_at_block_boundaries(smollm2_cuda, version, gr
     tails = [tok(f" Question {i}: what is {i} times {i + 3}?")["input_ids"] for i in range(8)]
     cuts = (TPB - 1, TPB, TPB + 1, 3 * TPB - 1, 3 * TPB, 3 * TPB + 1, 5 * TPB)
     prompts = [base[:c] + t for c, t in zip(cuts, tails)] + [base[:4 * TPB]]
-    gate(smollm2_cuda, version, prompts, greedy_parity, warm=prompts[::-1])
+    warm = [base[:c] + tails[(i + 3) % len(tails)] for i, c in enumerate(cuts)]    # the same prefixes, other tails
+    gate(smollm2_cuda, version, prompts, greedy_parity, warm=warm)
 
 
 @VERSIONS
@@ -123,7 +129,7 @@ def test_reuse_after_preemption(smollm2_cuda, version, greedy_parity):
     _, tok = smollm2_cuda
     head = tok(TEXT)["input_ids"][:64]
     prompts = [head + tok(f" Case {i}: add {i} and {7 * i}.")["input_ids"] for i in range(8)]
-    llm = gate(smollm2_cuda, version, prompts, greedy_parity, max_tokens=24 * TPB)
+    llm = gate(smollm2_cuda, version, prompts, greedy_parity, warm=prompts[:1], max_tokens=24 * TPB)
     assert llm.num_preemptions > 0, "the pool was meant to force preemption"
 
 
@@ -133,8 +139,9 @@ def test_speculative_with_reuse(smollm2_cuda, version, drafter, greedy_parity):
     model, tok = smollm2_cuda
     base = tok(TEXT)["input_ids"]
     prompts = [base[:40 + 7 * i] + tok(f" So the answer to part {i} is")["input_ids"] for i in range(6)]
+    warm = [base[:40 + 7 * i] + tok(" Meanwhile")["input_ids"] for i in range(6)]
     d = "ngram" if drafter == "ngram" else truncated_drafter(model, 6)
-    llm = gate(smollm2_cuda, version, prompts, greedy_parity, warm=prompts[::-1], drafter=d, max_draft_len=4,
+    llm = gate(smollm2_cuda, version, prompts, greedy_parity, warm=warm, drafter=d, max_draft_len=4,
                spec_max_concurrency=None)
     assert llm.spec_stats.steps > 0
     if drafter == "model":
