@@ -118,7 +118,7 @@ class LLM:
                                     cuda_graph_batch_sizes=cuda_graph_batch_sizes,
                                     cuda_graph_token_buckets=cuda_graph_token_buckets)
         checks.check_drafter(drafter, max_draft_len, model)
-        self.spec_max_concurrency = spec_cutoff.check(spec_max_concurrency)
+        self.spec_max_concurrency = spec_max_concurrency
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         if kv_cache_config is None:
@@ -207,6 +207,16 @@ class LLM:
         limits = self.limits.replace(max_seq_len=max_seq_len)
         return lambda cfg: create_kv_cache_manager(kvcm_version, spec, cfg, limits)
 
+    @property
+    def spec_max_concurrency(self) -> int | None:
+        """The speculation cut-off (``spec_cutoff.py``); checked when set, so a benchmark may change it between
+        ``generate`` calls."""
+        return self._spec_max_concurrency
+
+    @spec_max_concurrency.setter
+    def spec_max_concurrency(self, value) -> None:
+        self._spec_max_concurrency = spec_cutoff.check(value)
+
     max_batch_size = property(lambda self: self.limits.max_batch_size)
     max_seq_len = property(lambda self: self.limits.max_seq_len)
     max_num_tokens = property(lambda self: self.limits.max_num_tokens)
@@ -243,7 +253,7 @@ class LLM:
         prompts = checks.prompts(prompts, self.tokenizer, self.model.config.vocab_size, self.max_seq_len)
         scheduler = Scheduler(self.manager, self.limits, eos_token_ids=self.eos_token_ids,
                               tokenizer=self.tokenizer, drafter=self.drafter, reuse=self.enable_block_reuse,
-                              on_finish=on_finish, spec_max_concurrency=spec_cutoff.check(self.spec_max_concurrency))
+                              on_finish=on_finish, spec_max_concurrency=self.spec_max_concurrency)
         # the last generate's figures, each kept by the scheduler that ran it
         self.reuse_stats, self.spec_stats = scheduler.reuse_stats, scheduler.spec_stats
         seqs = []

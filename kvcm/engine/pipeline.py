@@ -63,7 +63,6 @@ class Launch:
     start: torch.cuda.Event | None
     done: torch.cuda.Event
     rows: int
-    tokens: int
     static: object       # the ``StaticStep`` that ran it (a decode graph or a token bucket), None when eager
 
 
@@ -153,7 +152,7 @@ class StepPipeline:
     def _mark(self, items, static, start) -> None:
         done = torch.cuda.Event(enable_timing=True)
         done.record()
-        self.timeline.append(Launch(start, done, len(items), sum(len(it.token_ids) for it in items), static))
+        self.timeline.append(Launch(start, done, len(items), static))
 
     @staticmethod
     def _complete(scheduler: Scheduler, step: InFlight) -> None:
