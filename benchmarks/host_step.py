@@ -1,16 +1,23 @@
-"""The host's share of a decode step, measured without a GPU: the engine's own Python per step.
+"""The host's share of a step, measured without a GPU: the engine's own Python per step.
 
-On the H200 an overlapped CUDA-graph decode step lasts ``max(GPU time, host time)``, so once the GPU is fast
-the host's work per step (schedule, fill, launch, commit, and the previous step's completion) is the period.
-That work does not need the GPU to be measured: here the real engine runs (``LLM`` with its scheduler, its V1
-or V2 manager, the static decode steps and their buffers, the overlapped pipeline) with the model's forward
-replaced by a constant tensor of the right shape, so every second a step takes is host work.
+On the H200 an overlapped CUDA-graph step lasts ``max(GPU time, host time)``, so once the GPU is fast the host's
+work per step (schedule, fill, launch, commit, and the previous step's completion) is the period. That work does
+not need the GPU to be measured: here the real engine runs (``LLM`` with its scheduler, its V1 or V2 manager, the
+static steps and their buffers, the overlapped pipeline) with the model's forward replaced by constants of the
+right shape, so every second a step takes is host work. A step's time is the interval between two launches on the
+host's clock (``StepPipeline.timeline``).
 
-A decode step's time is the interval between two step launches (``StepPipeline._launch``) while ``batch``
-prompts decode ``--new-tokens`` tokens each (EOS ignored): one step's schedule, fill, launch and commit and the
-previous step's completion. The first and last ``--skip`` steps (prefill, the batch finishing) are left out. A
-shared machine's other work lands on some intervals, not all, so the figures are the median and the 10th
-percentile of every steady interval of ``--repeat`` runs; runs alternate between the configurations.
+Two workloads:
+
+* ``decode`` (default): ``batch`` prompts decode ``--new-tokens`` tokens each (EOS ignored); the first and last
+  ``--skip`` steps (prefill, the batch finishing) are left out. A shared machine's other work lands on some
+  intervals, not all, so the figures are the median and the 10th percentile of every steady interval of
+  ``--repeat`` runs; runs alternate between the configurations.
+* ``fewshot``: GSM8K 8-shot's shape (``--requests`` prompts of one 1,316-token prefix and a 65-token question, at
+  most 256 running, 8,192 tokens a step, token buckets for the mixed steps as on CUDA), each answer ending at a
+  seeded EOS (1 in 40 tokens, at most ``--new-tokens``), block reuse off and on. Requests come and go every step,
+  so most steps are mixed (decodes beside prefill chunks) and admissions run between steps: the few-shot run's
+  host time, whole (every step summed) and per step kind, median and slowest.
 
 ``--against DIR`` runs the same measurement on another checkout (e.g. a ``git worktree`` of an older commit) in
 a subprocess, interleaved with this one, and prints both with the change: a before/after from one invocation.
@@ -19,6 +26,7 @@ a subprocess, interleaved with this one, and prints both with the change: a befo
     python benchmarks/host_step.py                                  # V1 and V2 at batch 256 and 1
     python benchmarks/host_step.py --against /tmp/base --repeat 3
     python benchmarks/host_step.py --kvcm-versions v2 --batches 256 --profile 25
+    python benchmarks/host_step.py --workload fewshot --kvcm-versions v1 v2 --repeat 3
 """
 from __future__ import annotations
 
@@ -43,81 +51,157 @@ def _prompts(batch: int, seed: int = 0) -> list[list[int]]:
                                                                                            generator=g)]
 
 
-def _no_forward() -> None:
+EOS = 2                 # the tiny model's EOS id
+FEWSHOT_PREFIX, FEWSHOT_QUESTION, FEWSHOT_EOS_EVERY = 1316, 65, 40
+
+
+def _fewshot_prompts(n: int, seed: int = 0) -> list[list[int]]:
+    """GSM8K 8-shot's shape: one shared prefix, then each request's own question (ids of the tiny model)."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    shared = torch.randint(3, 256, (FEWSHOT_PREFIX,), generator=g).tolist()
+    return [shared + torch.randint(3, 256, (FEWSHOT_QUESTION,), generator=g).tolist() for _ in range(n)]
+
+
+def _no_forward(eos_every: int | None = None) -> None:
     """Replace the model's forward with constants of the right shape, so only the host's work is left: a
     static step returns its ``[2, R]`` greedy tensor (what a replayed graph hands back), an eager step
-    ``[R, 2]`` logits."""
+    ``[R, 2]`` logits. ``eos_every``: each token is EOS with chance ``1 / eos_every`` (seeded), so requests end
+    at different steps; None: never EOS, one tensor for every step."""
     import torch
     from kvcm.engine.cuda_graph import StaticStep
     from kvcm.engine.runner import ModelRunner
+    rng = torch.Generator().manual_seed(0)
+
+    def tokens(r: int) -> torch.Tensor:
+        t = (7 + torch.arange(r) % 97).double()
+        if eos_every is not None:
+            t[torch.rand(r, generator=rng) < 1 / eos_every] = EOS
+        return torch.stack([t, torch.ones(r, dtype=torch.float64)])
 
     def static_forward(self):
-        if self.greedy is None:
-            r = self.buf.num_logits
-            self.greedy = torch.stack([(7 + torch.arange(r) % 97).double(), torch.ones(r, dtype=torch.float64)])
+        if self.greedy is None or eos_every is not None:
+            self.greedy = tokens(self.buf.num_logits)
         return self.greedy
 
     def eager_forward(self, buf, ctx):
-        return torch.zeros(buf.num_logits, 2)
+        logits = torch.zeros(buf.num_logits, 256)
+        logits[torch.arange(buf.num_logits), tokens(buf.num_logits)[0].long()] = 1.0
+        return logits
 
     StaticStep.forward = static_forward
     ModelRunner.forward = eager_forward
+
+
+def _launch_times(llm, run) -> list[tuple[float, str]]:
+    """Each launch's host clock and kind (``decode``: a decode shape; ``mixed``: a token bucket; ``eager``) over
+    ``run()``, from the pipeline's timeline."""
+    from kvcm.engine import pipeline
+    pipe = llm.pipeline
+    if "host" not in pipeline.Launch.__dataclass_fields__:   # a checkout measured with --against may predate it
+        return _wrapped_launch_times(pipe, run)
+    pipe.timeline = []
+    try:
+        run()
+        return [(t.host, "eager" if t.static is None else "mixed" if t.static.q_len is None else "decode")
+                for t in pipe.timeline]
+    finally:
+        pipe.timeline = None
+
+
+def _wrapped_launch_times(pipe, run) -> list[tuple[float, str]]:
+    """For an older pipeline without the host clock in its timeline: note each launch as it is called."""
+    launch, times = pipe._launch, []
+
+    def timed(*args):
+        times.append((time.perf_counter(), "step"))
+        return launch(*args)
+    pipe._launch = timed
+    try:
+        run()
+    finally:
+        del pipe._launch
+    return times
+
+
+def _new_llm(kvcm_version: str, *, batch: int, max_seq: int, **kw):
+    import inspect
+
+    import torch
+    from kvcm.engine import LLM
+    from kvcm.models import tiny_model
+    torch.set_num_threads(1)
+    model, _ = tiny_model("llama", seed=0)
+    # a checkout measured with --against may predate the kvcm_version spelling
+    key = "kvcm_version" if "kvcm_version" in inspect.signature(LLM).parameters else "manager_version"
+    return LLM(model, **{key: kvcm_version}, max_batch_size=batch, max_seq_len=max_seq, cuda_graph=True,
+               cuda_graph_batch_sizes=sorted({1, batch}), **kw)
 
 
 class Bench:
     """One engine per (kvcm_version, batch), built once, as ``throughput.py`` builds its kvcm graph engine."""
 
     def __init__(self, kvcm_version: str, batch: int, n2: int):
-        import inspect
-
-        import torch
         import kvcm
-        from kvcm.engine import LLM
-        from kvcm.models import tiny_model
-        torch.set_num_threads(1)
         self.prompts = _prompts(batch)
         max_seq = max(len(p) for p in self.prompts) + n2 + 8
-        model, _ = tiny_model("llama", seed=0)
         cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=batch * (max_seq + 64), dtype="float32")
-        # a checkout measured with --against may predate the kvcm_version spelling
-        key = "kvcm_version" if "kvcm_version" in inspect.signature(LLM).parameters else "manager_version"
-        self.llm = LLM(model, **{key: kvcm_version}, kv_cache_config=cfg, max_batch_size=batch,
-                       max_seq_len=max_seq, cuda_graph=True, cuda_graph_batch_sizes=sorted({1, batch}))
+        self.llm = _new_llm(kvcm_version, batch=batch, max_seq=max_seq, kv_cache_config=cfg)
 
     def step_us(self, n: int, skip: int) -> list[float]:
         """Each steady decode step's host time, µs, over one ``generate`` of ``n`` new tokens."""
         from kvcm.engine import SamplingParams
-        _STARTS.clear()
-        outs = self.llm.generate(self.prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))
+        outs = []
+        starts = _launch_times(self.llm, lambda: outs.extend(
+            self.llm.generate(self.prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))))
         assert all(len(o.token_ids) == n for o in outs)
-        gaps = [(b - a) * 1e6 for a, b in zip(_STARTS, _STARTS[1:])]
+        gaps = [(b - a) * 1e6 for (a, _), (b, _) in zip(starts, starts[1:])]
         return gaps[skip:len(gaps) - skip]
 
 
-_STARTS: list[float] = []
+class FewshotBench:
+    """One engine per (kvcm_version, reuse) for the few-shot workload, built once."""
+
+    def __init__(self, kvcm_version: str, reuse: str, requests: int, n2: int):
+        import kvcm
+        from kvcm.engine.cuda_graph import default_token_buckets
+        self.requests, self.n2, self.runs = requests, n2, 1
+        max_seq = FEWSHOT_PREFIX + FEWSHOT_QUESTION + n2 + 8
+        cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=256 * max_seq, dtype="float32",
+                                 enable_block_reuse=reuse == "reuse")
+        self.llm = _new_llm(kvcm_version, batch=256, max_seq=max_seq, kv_cache_config=cfg, max_num_tokens=8192,
+                            cuda_graph_token_buckets=default_token_buckets(256, 8192))
+        self.llm.eos_token_ids = (EOS,)
+
+    def steps(self) -> list[tuple[float, str]]:
+        """(host µs, kind) of every step of one run but the last (its end has no next launch)."""
+        from kvcm.engine import SamplingParams
+        # every run has a prefix of its own, so it starts with nothing of it cached and its first requests compute
+        # it (reset_prefix_cache would refuse: the graphs' pad request holds pages)
+        self.runs += 1
+        prompts = _fewshot_prompts(self.requests, seed=self.runs)
+        starts = _launch_times(self.llm, lambda: self.llm.generate(prompts, SamplingParams(max_new_tokens=self.n2)))
+        return [((b - a) * 1e6, kind) for (a, kind), (b, _) in zip(starts, starts[1:])]
 
 
-def _time_launches() -> None:
-    """Note when each step starts: the pipeline launches once per step."""
-    from kvcm.engine.pipeline import StepPipeline
-    launch = StepPipeline._launch
-
-    def timed(self, scheduler):
-        _STARTS.append(time.perf_counter())
-        return launch(self, scheduler)
-    StepPipeline._launch = timed
-
-
-def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 0) -> dict:
-    _no_forward()
-    _time_launches()
-    benches = {key: Bench(*key, new_tokens) for key in configs}
-    for b in benches.values():
-        b.step_us(2 * skip + 4, skip)     # warm
+def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 0, workload: str = "decode",
+            requests: int = 1319) -> dict:
+    fewshot = workload == "fewshot"
+    _no_forward(FEWSHOT_EOS_EVERY if fewshot else None)
+    if fewshot:
+        benches = {key: FewshotBench(*key, requests, new_tokens) for key in configs}
+        for b in benches.values():
+            b.llm.generate(_fewshot_prompts(4, seed=1), {"max_new_tokens": 4})     # warm
+        run = lambda b: b.steps()                                       # noqa: E731
+    else:
+        benches = {key: Bench(*key, new_tokens) for key in configs}
+        for b in benches.values():
+            b.step_us(2 * skip + 4, skip)     # warm
+        run = lambda b: b.step_us(new_tokens, skip)                     # noqa: E731
     samples = {key: [] for key in configs}
     for _ in range(repeat):
         for key, b in benches.items():
-            samples[key] += b.step_us(new_tokens, skip)
+            samples[key].append(run(b)) if fewshot else samples[key].extend(run(b))
     out = {f"{v}/{bs}": {"steps": s} for (v, bs), s in samples.items()}
     if profile:
         import cProfile
@@ -126,12 +210,24 @@ def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 
         for (v, bs), b in benches.items():
             prof = cProfile.Profile()
             prof.enable()
-            b.step_us(new_tokens, skip)
+            run(b)
             prof.disable()
             text = io.StringIO()
             pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(profile)
             out[f"{v}/{bs}"]["profile"] = text.getvalue()
     return out
+
+
+def _fewshot_figure(runs: list[list[tuple[float, str]]]) -> str:
+    """Per run the host's total; over the runs' steps of each kind the median, and the slowest step."""
+    total = statistics.median(sum(us for us, _ in r) for r in runs) / 1e3
+    parts = [f"{total:6.0f} ms a run, {statistics.median(len(r) for r in runs):4.0f} steps"]
+    for kind in ("decode", "mixed", "eager", "step"):
+        us = [t for r in runs for t, k in r if k == kind]
+        if us:
+            parts.append(f"{kind} {len(us) // len(runs)} x {statistics.median(us):5.0f} us")
+    parts.append(f"slowest {max(t for r in runs for t, _ in r) / 1e3:5.1f} ms")
+    return ", ".join(parts)
 
 
 def _p10(steps: list[float]) -> float:
@@ -149,38 +245,54 @@ def _sources(src: str):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", choices=["decode", "fewshot"], default="decode")
     ap.add_argument("--kvcm-versions", nargs="+", default=["v1", "v2"])
-    ap.add_argument("--batches", nargs="+", type=int, default=[256, 1])
-    ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--skip", type=int, default=8, help="steps left out at each end of a run (default: 8)")
+    ap.add_argument("--batches", nargs="+", type=int, default=[256, 1], help="decode: batch sizes")
+    ap.add_argument("--requests", type=int, default=1319, help="fewshot: requests a run")
+    ap.add_argument("--new-tokens", type=int, default=128, help="decode: tokens each; fewshot: at most")
+    ap.add_argument("--skip", type=int, default=8, help="decode: steps left out at each end of a run (default: 8)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--against", metavar="DIR", help="another checkout to measure beside this one")
     ap.add_argument("--src", default=str(HERE.parents[1]), help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.new_tokens < 2 * args.skip + 4:
+    fewshot = args.workload == "fewshot"
+    if not fewshot and args.new_tokens < 2 * args.skip + 4:
         ap.error(f"--new-tokens={args.new_tokens} leaves no steady steps after --skip={args.skip} at each end")
+    if fewshot and args.requests < 1:
+        ap.error(f"--requests={args.requests} must be at least 1")
     _sources(args.src)
-    configs = [(v, b) for b in args.batches for v in args.kvcm_versions]
+    configs = [(v, r) for r in ("no-reuse", "reuse") for v in args.kvcm_versions] if fewshot else \
+        [(v, b) for b in args.batches for v in args.kvcm_versions]
+    opts = dict(new_tokens=args.new_tokens, skip=args.skip, profile=args.profile, workload=args.workload,
+                requests=args.requests)
     if args.json:   # one repeat of a measurement driven by another invocation
-        print(json.dumps(measure(configs, new_tokens=args.new_tokens, skip=args.skip, repeat=args.repeat,
-                                 profile=args.profile)))
+        print(json.dumps(measure(configs, repeat=args.repeat, **opts)))
         return 0
     if args.against is None:
-        res = {"this": measure(configs, new_tokens=args.new_tokens, skip=args.skip, repeat=args.repeat,
-                               profile=args.profile)}
+        res = {"this": measure(configs, repeat=args.repeat, **opts)}
     else:   # alternate the two checkouts run by run, each in its own process
         res = {"this": {}, "against": {}}
         for _ in range(args.repeat):
             for name, src in (("against", args.against), ("this", args.src)):
                 cmd = [sys.executable, str(HERE), "--src", src, "--json", "--repeat", "1", "--new-tokens",
                        str(args.new_tokens), "--skip", str(args.skip), "--kvcm-versions", *args.kvcm_versions,
-                       "--batches", *map(str, args.batches)]
+                       "--batches", *map(str, args.batches), "--workload", args.workload, "--requests",
+                       str(args.requests)]
                 one = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                                 env={**os.environ, "PYTHONPATH": src}).stdout)
                 for key, r in one.items():
                     res[name].setdefault(key, {"steps": []})["steps"] += r["steps"]
+    if fewshot:
+        print(f"host work of a few-shot run ({args.requests} requests), µs a step: median of {args.repeat} runs")
+        for key in res["this"]:
+            for name in ("against", "this") if "against" in res else ("this",):
+                label = f"{key} ({name})" if "against" in res else key
+                print(f"  {label:>24}: {_fewshot_figure(res[name][key]['steps'])}")
+            if "profile" in res["this"][key]:
+                print(res["this"][key]["profile"])
+        return 0
     print(f"host work per decode step, µs: median (10th percentile) of every steady step of {args.repeat} runs of "
           f"{args.new_tokens} new tokens")
     for key in res["this"]:

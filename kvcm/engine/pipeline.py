@@ -40,6 +40,7 @@ the first request).
 from __future__ import annotations
 
 import gc
+import time
 from dataclasses import dataclass
 
 import torch
@@ -57,11 +58,14 @@ class Verification:
 
 @dataclass
 class Launch:
-    """One timed launch (``StepPipeline.timeline``): CUDA events queued right before a graph's replay (after its
-    buffers were copied; None for an eager step) and right after the forward, so ``start`` to ``done`` is the
-    step's GPU time and ``done`` to the next launch's ``done`` its period on the GPU's clock."""
+    """One recorded launch (``StepPipeline.timeline``). ``host``: the host's clock (``time.perf_counter``) as the
+    launch began, before its schedule, so one launch's ``host`` to the next one's is a step's host period. On CUDA,
+    events queued right before a graph's replay (after its buffers were copied; None for an eager step) and right
+    after the forward, so ``start`` to ``done`` is the step's GPU time and ``done`` to the next launch's ``done``
+    its period on the GPU's clock (both None off CUDA)."""
+    host: float
     start: torch.cuda.Event | None
-    done: torch.cuda.Event
+    done: torch.cuda.Event | None
     rows: int
     static: object       # the ``StaticStep`` that ran it (a decode graph or a token bucket), None when eager
 
@@ -78,8 +82,8 @@ class StepPipeline:
     def __init__(self, runner, graphs=None, *, overlap: bool):
         """``runner``: the target's ``ModelRunner``; ``graphs``: its ``StepGraphs`` when steps replay (None
         otherwise; ``close`` drops them); ``overlap``: launch each plain step before the previous one completes.
-        ``timeline``: set it to a list to have each launch on CUDA append a :class:`Launch`
-        (``benchmarks/step_profile.py`` reads each step's period, and so its host share, from them)."""
+        ``timeline``: set it to a list to have each launch append a :class:`Launch` (``benchmarks/step_profile.py``
+        reads each step's GPU period, and so its host share, from them; ``benchmarks/host_step.py`` the host's)."""
         self.runner, self.graphs = runner, graphs
         self.overlap = overlap
         self.cuda = runner.device.type == "cuda"
@@ -123,19 +127,20 @@ class StepPipeline:
             self._complete(scheduler, in_flight)
 
     def _launch(self, scheduler: Scheduler, spec: bool = False) -> InFlight:
+        began = time.perf_counter() if self.timeline is not None else 0.0
         seqs, items = scheduler.schedule()
         scheduler.draft(seqs, items)
         runner, graphs = self.runner, self.graphs
         static = graphs.pick(items) if graphs is not None else None
-        timed = self.timeline is not None and self.cuda
-        start = torch.cuda.Event(enable_timing=True) if timed and static is not None else None
+        timed = self.timeline is not None
+        start = torch.cuda.Event(enable_timing=True) if timed and self.cuda and static is not None else None
         if static is not None:
             packed, k = graphs.launch(static, items, start)
         else:
             packed = sampler.greedy_packed(runner.run(items))
             k = packed.shape[1]
         if timed:
-            self._mark(items, static, start)
+            self._mark(began, items, static, start)
         if self.overlap and not spec:   # only an overlapped step's successor carries placeholders for these tokens
             runner.publish(packed, k)
         if self.cuda:
@@ -149,10 +154,12 @@ class StepPipeline:
         pending = Verification(seqs, items) if spec else scheduler.commit(seqs, items)
         return InFlight(pending, host, ready)
 
-    def _mark(self, items, static, start) -> None:
-        done = torch.cuda.Event(enable_timing=True)
-        done.record()
-        self.timeline.append(Launch(start, done, len(items), static))
+    def _mark(self, began: float, items, static, start) -> None:
+        done = None
+        if self.cuda:
+            done = torch.cuda.Event(enable_timing=True)
+            done.record()
+        self.timeline.append(Launch(began, start, done, len(items), static))
 
     @staticmethod
     def _complete(scheduler: Scheduler, step: InFlight) -> None:

@@ -131,3 +131,26 @@ def test_on_finish_is_called_once_per_request_as_it_finishes(overlap):
     assert steps == sorted(steps) and steps[0] < steps[-1], steps  # each one as it left, not all at the end
     assert {o.finish_reason for o in outs} >= {"stop_token", "length"}
     assert llm.num_preemptions > 0
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_timeline_records_every_launch_on_the_host_clock(overlap):
+    """``StepPipeline.timeline`` (what ``benchmarks/host_step.py`` and ``step_profile.py`` read instead of
+    wrapping the pipeline): one launch a forward, in order on the host's clock, each with its rows and the static
+    step that ran it (None when eager), and no CUDA events off CUDA; nothing is recorded once it is unset."""
+    model, _ = tiny_model("llama", seed=2)
+    llm = _llm(model, "v2", overlap=overlap, trace=True, cuda_graph=True, cuda_graph_batch_sizes=[1, 2, 4, 8],
+               max_num_tokens=16)
+    prompts = random_prompts(13, (5, 23, 9, 14, 30))
+    before = {r.step for r in llm.trace}          # the warm-up's dummy forwards
+    llm.pipeline.timeline = timeline = []
+    llm.generate(prompts, SamplingParams(max_new_tokens=6, ignore_eos=True))
+    assert len(timeline) == len({r.step for r in llm.trace} - before) > 0
+    assert [t.host for t in timeline] == sorted(t.host for t in timeline)
+    assert all(t.start is None and t.done is None for t in timeline)
+    decodes = [t for t in timeline if t.static is not None and t.static.q_len == 1]
+    assert decodes and all(t.rows <= t.static.buf.num_seqs for t in decodes)
+    assert any(t.static is None for t in timeline)       # prefill chunks run eagerly off the Triton kernels
+    llm.pipeline.timeline = None
+    llm.generate(prompts[:1], SamplingParams(max_new_tokens=2))
+    assert llm.pipeline.timeline is None and len(timeline) == len({r.step for r in llm.trace} - before) - 2
