@@ -48,8 +48,9 @@ def measure(root: str, requests: int) -> None:
             mgr.free_resources(rid)
             times.append(time.perf_counter() - t)
         us = [t * 1e6 for t in times]
-        print(f"  {version}: {statistics.mean(us):6.0f} us a request; first 100 {statistics.mean(us[:100]):6.0f} us, "
-              f"last 100 {statistics.mean(us[-100:]):6.0f} us", flush=True)
+        print(f"  {version}: {statistics.mean(us):6.0f} us a request (median {statistics.median(us):4.0f}, slowest "
+              f"{max(us):6.0f}); first 100 {statistics.mean(us[:100]):6.0f} us, last 100 {statistics.mean(us[-100:]):6.0f} us",
+              flush=True)
 
 
 def main(argv=None) -> int:

@@ -106,6 +106,7 @@ class ReuseMixin:
         else:
             match = self._find(state, tokens)
             blocks = self._take(request_id, match, state)
+            state.path = list(match.nodes)
         seq = self._new_seq(request_id)
         seq.blocks = blocks
         seq.reuse = state
@@ -120,8 +121,7 @@ class ReuseMixin:
         # reused: the blocks the reported group takes (V2 leaves a sliding group's blocks before the window alone;
         # TensorRT-LLM test_swa_context_reuse_stats_skip_stale_prefix_blocks counts 2 of a 16-token hit, window 8)
         group = self.layer_groups[reported]
-        reused = 0 if match is None else (sum(1 for i in range(len(match.nodes))
-                                              if self._reuse_policy.needed(group, i, length, tpb))
+        reused = 0 if match is None else (len(match.nodes) - len(self._skipped(group, length, len(match.nodes)))
                                           + (match.partial is not None))
         copied = 0 if match is None else int(match.partial is not None and not match.in_place)
         c = state.counters
@@ -148,7 +148,8 @@ class ReuseMixin:
         plans, needs = [], []
         for group, pool in zip(self.layer_groups, self.pools):
             g = group.index
-            plan = [(i, node) for i, node in enumerate(match.nodes) if policy.needed(group, i, length, tpb)]
+            skipped = self._skipped(group, length, len(match.nodes))
+            plan = [(i, node) for i, node in enumerate(match.nodes) if i not in skipped]
             fresh = sum(1 for _, node in plan if node.pages[g] < 0)
             fresh += int(match.partial is not None and not match.in_place)
             unheld = sum(1 for _, node in plan if node.pages[g] >= 0 and node.refs[g] == 0)
@@ -181,6 +182,11 @@ class ReuseMixin:
                 self._copy_rows(g, source.pages[g], table[-1], match.partial_len)
                 cache.unclaim(source, g)
         return tables
+
+    def _skipped(self, group, length: int, n: int) -> range:
+        """The indices below ``n`` of a ``length``-token match that ``group`` leaves alone (``policy.skipped``)."""
+        r = self._reuse_policy.skipped(group, length, self.tokens_per_block)
+        return range(min(r.start, n), min(r.stop, n))
 
     def _copy_rows(self, g: int, src: int, dst: int, n: int) -> None:
         """The partial copy (real pools only): the whole page, every layer of the group in one copy, as

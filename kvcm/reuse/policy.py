@@ -64,6 +64,11 @@ class V1Policy:
         return True
 
     @staticmethod
+    def skipped(group, length: int, tpb: int) -> range:
+        """The block indices a match leaves alone in ``group`` (none: V1 keeps every block)."""
+        return range(0)
+
+    @staticmethod
     def partial_mode(node: Node, copy_on_partial_reuse: bool) -> str | None:
         """'in_place', 'copy' or None (not eligible)."""
         if not any(node.refs) and node.is_leaf:
@@ -98,6 +103,11 @@ class V2Policy:
     def needed(group, index: int, length: int, tpb: int) -> bool:
         lo, hi = group.stale_range(length, tpb)
         return not lo <= index < hi
+
+    @staticmethod
+    def skipped(group, length: int, tpb: int) -> range:
+        """The block indices ``needed`` says no to, as one range (a sliding group's blocks before its window)."""
+        return range(*group.stale_range(length, tpb))
 
     def _group_length(self, nodes: list[Node], group, n: int, tpb: int) -> int:
         g = group.index
@@ -161,10 +171,13 @@ def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int],
     gives its own back)."""
     tree = cache.tree
     parent = tree.root(state.scope, create=True)
-    blocks = chop(state.tokens, upto, tpb, partial)
+    known = _known_path(state.path, parent, upto // tpb)
+    blocks = [node.tokens for node in known] + chop(state.tokens[len(known) * tpb:], upto - len(known) * tpb, tpb,
+                                                     partial)
     node = parent
+    path = []
     for i, tokens in enumerate(blocks):
-        node = tree.child(parent, tokens)
+        node = known[i] if i < len(known) else tree.child(parent, tokens)
         if node is None:
             if rebase and len(tokens) < tpb and _covered_by_sibling(parent, tokens):
                 break          # V2's UselessBlockError (V1 files the partial block beside the longer one)
@@ -185,8 +198,24 @@ def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int],
                 table[g][i] = cache.claim(node, g)
                 seams.release_block(cache.pools[g], page)
         parent = node
+        if len(tokens) == tpb:
+            path.append(node)
+    state.path = path
     if node is not None and node.parent is not None:
         cache._prune(node)
+
+
+def _known_path(path: list[Node], root: Node, n: int) -> list[Node]:
+    """The leading nodes of a request's last match or store (at most ``n``) still filed where they were: each
+    one's parent the one before it. Its tokens are the request's, so ``store`` skips looking those blocks up
+    again (a few-shot request's shared prefix is most of its blocks, stored at context end and at release). A
+    node leaves the tree only once it has no children, so the first one moved ends the run."""
+    parent = root
+    for i, node in enumerate(path[:n]):
+        if node.parent is not parent:
+            return path[:i]
+        parent = node
+    return path[:n]
 
 
 def _covered_by_sibling(parent: Node, tokens: tuple) -> bool:
@@ -203,7 +232,8 @@ def _drop_covered_partials(cache, parent: Node, tokens: tuple) -> None:
     """A full block makes a shorter partial sibling with its prefix useless: evict it if nobody holds it."""
     siblings = parent.by_first.get(tokens[0])
     covered = []
-    for n in range(1, len(tokens)) if siblings else ():    # each shorter prefix, looked up by bisection
+    shorter = sorted(n for n in siblings.lengths if n < len(tokens)) if siblings else ()
+    for n in shorter:     # each shorter prefix that some sibling's length allows, looked up by bisection
         prefix = tokens[:n]
         i = bisect_left(siblings.keys, prefix)
         while i < len(siblings.keys) and siblings.keys[i] == prefix:

@@ -19,3 +19,4 @@ class ReuseState:
     counters: ReuseCounters = field(default_factory=ReuseCounters)
     started: bool = False              # its first context chunk began (V1 reserves then; V2 pages are LOCKED)
     stored_full: int = 0               # V1: full blocks already offered to the tree
+    path: list = field(default_factory=list)   # the tree nodes of its leading blocks, as matched or last stored

@@ -54,11 +54,12 @@ class Siblings:
     prefix with some tokens are one contiguous run found by bisection. A prompt prefix shared by many requests
     that ends mid-block gives its last full block one such child per request; scanning them all made each
     admission cost as much as the requests cached before it."""
-    __slots__ = ("keys", "nodes")
+    __slots__ = ("keys", "nodes", "lengths")
 
     def __init__(self):
         self.keys: list[tuple] = []
         self.nodes: list[Node] = []
+        self.lengths: dict[int, int] = {}       # key length -> how many siblings have it
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -70,12 +71,18 @@ class Siblings:
         i = bisect_right(self.keys, node.tokens)
         self.keys.insert(i, node.tokens)
         self.nodes.insert(i, node)
+        n = len(node.tokens)
+        self.lengths[n] = self.lengths.get(n, 0) + 1
 
     def remove(self, node: Node) -> None:
         i = bisect_left(self.keys, node.tokens)
         while i < len(self.keys) and self.keys[i] == node.tokens:
             if self.nodes[i] is node:
                 del self.keys[i], self.nodes[i]
+                n = len(node.tokens)
+                self.lengths[n] -= 1
+                if not self.lengths[n]:
+                    del self.lengths[n]
                 return
             i += 1
 
