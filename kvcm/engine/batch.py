@@ -144,11 +144,9 @@ class StepBuffers:
             raise ValueError(f"{k} logit rows asked, the buffers return {self.num_logits}")
         if wanted.count(1) == n:
             lr[:n] = qs[1:n + 1] - 1
-        else:
-            r = 0
-            for i, w in enumerate(wanted):
-                lr[r:r + w] = np.arange(qs[i + 1] - w, qs[i + 1])
-                r += w
+        elif k:     # each item's last w tokens: its end less w, plus 0 .. w - 1
+            w = np.array(wanted, np.int64)
+            lr[:k] = np.repeat(qs[1:n + 1] - w, w) + np.arange(k) - np.repeat(np.cumsum(w) - w, w)
         lr[k:] = 0
         if self._dev is not self._host:
             self._dev.copy_(self._host, non_blocking=self._host.is_pinned())
