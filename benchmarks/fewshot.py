@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 STOP = ("Question:", "</s>", "<|im_end|>")
 
@@ -103,10 +104,17 @@ def run_kvcm(model, tok, prompts, args, version: str, reuse: bool) -> dict:
     sync(args.device)
     setup = time.perf_counter() - t
     sync(args.device)
+    if args.profile and cuda:
+        llm.pipeline.timeline = []
     t = time.perf_counter()
     outs = llm.generate(prompts, params)
     sync(args.device)
     wall = time.perf_counter() - t
+    profile = None
+    if llm.pipeline.timeline is not None:
+        from step_profile import describe_run, profile_launches
+        profile = describe_run(profile_launches(llm.pipeline.timeline))
+        llm.pipeline.timeline = None
     st = llm.reuse_stats
     ttft = [o.first_token_s for o in outs if o.first_token_s is not None]
     usage = [vars(u) for u in llm.page_usage]
@@ -119,7 +127,7 @@ def run_kvcm(model, tok, prompts, args, version: str, reuse: bool) -> dict:
             "computed_tokens": st.computed_tokens, "reused_tokens": st.reused_tokens,
             "token_hit_rate": st.token_hit_rate, "block_hit_rate": st.block_hit_rate,
             "ttft_mean_s": statistics.fmean(ttft) if ttft else None,
-            "ttft_median_s": statistics.median(ttft) if ttft else None, "page_usage": usage,
+            "ttft_median_s": statistics.median(ttft) if ttft else None, "page_usage": usage, "profile": profile,
             "token_ids": [o.token_ids for o in outs], "texts": [o.text for o in outs]}
 
 
@@ -169,6 +177,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kvcm-versions", default="v2", help="comma list of v1, v2")
     ap.add_argument("--fraction", type=float, default=0.5, help="kvcm free_gpu_memory_fraction on CUDA")
     ap.add_argument("--no-hf", action="store_true", help="leave Hugging Face generate out")
+    ap.add_argument("--profile", action="store_true", help="CUDA: record the timed runs' step timelines and print "
+                                                          "each one's host share and GPU time (step_profile.py)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parents[1]
@@ -205,6 +215,9 @@ def main(argv=None) -> int:
         say(row(off, targets))
         on = run_kvcm(model, tok, prompts, args, v, reuse=True)
         say(row(on, targets))
+        for r in (off, on):
+            if r["profile"]:
+                say(f"   {r['name']} step profile (the timed run's timeline):\n{r['profile']}")
         same = sum(a == b for a, b in zip(off["token_ids"], on["token_ids"]))
         say(f"   {v}: reuse on / off: {off['wall_s'] / on['wall_s']:.2f}x faster, prefill computes "
             f"{on['computed_tokens'] / off['computed_tokens']:.1%} of the tokens; outputs equal on {same}/"

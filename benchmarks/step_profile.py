@@ -54,7 +54,9 @@ def _summary(rows) -> dict:
     if not rows:
         return {"error": "no graph step was timed"}
     shares = sorted(max(0.0, 1.0 - g / p) for p, g, _ in rows)
-    return {"steps": len(rows), "median_period_ms": statistics.median(p for p, _, _ in rows),
+    return {"steps": len(rows), "gpu_total_ms": sum(g for _, g, _ in rows),
+            "period_total_ms": sum(p for p, _, _ in rows),
+            "median_period_ms": statistics.median(p for p, _, _ in rows),
             "median_gpu_ms": statistics.median(g for _, g, _ in rows),
             "host_share": statistics.median(shares), "host_share_p90": shares[int(0.9 * (len(shares) - 1))]}
 
@@ -84,7 +86,12 @@ def step_profile(llm, prompts, *, n: int = 80) -> dict:
 
 def run_profile(llm, prompts, params) -> dict:
     """One run of ``prompts``: the medians over every step a graph ran, and over its full-batch decode steps."""
-    launches = _timeline(llm, prompts, params)
+    return profile_launches(_timeline(llm, prompts, params))
+
+
+def profile_launches(launches: list) -> dict:
+    """``run_profile``'s figures from a timeline recorded by the caller (``fewshot.py --profile`` records its timed
+    run's): the events cost the host a few microseconds a step."""
     rows = _steps(launches)
     top = max((s.rows for _, _, s in rows), default=0)
     out = {"launches": len(launches), "all": _summary(rows),
@@ -98,7 +105,8 @@ def _line(s: dict) -> str:
     if "error" in s:
         return s["error"]
     return (f"host share {100 * s['host_share']:.0f}% (p90 {100 * s['host_share_p90']:.0f}%), period "
-            f"{s['median_period_ms']:.2f} ms, GPU {s['median_gpu_ms']:.2f} ms, median of {s['steps']} steps")
+            f"{s['median_period_ms']:.2f} ms, GPU {s['median_gpu_ms']:.2f} ms, median of {s['steps']} steps; "
+            f"in all GPU {s['gpu_total_ms'] / 1e3:.2f} s of {s['period_total_ms'] / 1e3:.2f} s")
 
 
 def describe(p: dict) -> str:

@@ -62,7 +62,7 @@ for part in "${parts[@]}"; do
       timeout -s INT 240 python3 -m pytest -p pytest_kvcm.plugin suites/engine/test_reuse_cuda.py -q -ra 2>&1 \
         | grep -v -E "Warning|warn" | tail -25 | tee "$out/reuse_gates.log"
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model smollm2 --shots 8 \
-        --num-prompts 0 --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/fewshot.json" 2>&1 \
+        --num-prompts 0 --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --profile --json "$out/fewshot.json" 2>&1 \
         | quiet | tee "$out/fewshot.log" ;;
     spec)
       timeout "$budget" python3 benchmarks/gpu_spec.py --json "$out/gpu_spec.json" 2>&1 | quiet \
