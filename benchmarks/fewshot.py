@@ -10,8 +10,9 @@ requests). For each: wall time, generated tokens and tok/s, prompt tokens comput
 rate (tokens and blocks), mean and median time to first token, and GSM8K accuracy (strict and flexible, scored as
 ``pytest_kvcm.accuracy.gsm8k`` scores). Reuse on must give the same tokens as reuse off (compared and printed).
 
-Each kvcm engine is built and warmed up (graphs captured on CUDA) on text that shares no token with the workload,
-so the timed run starts with nothing of it cached and the shared prefix is computed by the first requests admitted.
+Each kvcm engine is built and warmed up (graphs captured on CUDA), then its prefix cache is reset
+(``LLM.reset_prefix_cache``), so the timed run starts with nothing cached and the shared prefix is computed by the
+first requests admitted.
 """
 from __future__ import annotations
 
@@ -97,10 +98,11 @@ def run_kvcm(model, tok, prompts, args, version: str, reuse: bool) -> dict:
               max_seq_len=max_seq, max_num_tokens=args.max_num_tokens, device=args.device, cuda_graph=cuda,
               enable_block_reuse=reuse)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, stop_strings=STOP)
-    # warm up on text that shares no token with the workload, so the timed run starts with nothing of it cached
-    # (reset_prefix_cache would refuse: the graphs' pad request holds pages)
+    # warm up, then drop what the warm-up cached: the timed run starts with nothing cached
     warm = [int(t) for t in tok("The warm-up run of this engine.", add_special_tokens=False).input_ids]
     llm.generate([warm, warm[::-1]], SamplingParams(max_new_tokens=4))
+    if not llm.reset_prefix_cache():
+        raise SystemExit("reset_prefix_cache refused after the warm-up")
     sync(args.device)
     setup = time.perf_counter() - t
     sync(args.device)

@@ -177,7 +177,7 @@ class FewshotBench:
         """(host µs, kind) of every step of one run but the last (its end has no next launch)."""
         from kvcm.engine import SamplingParams
         # every run has a prefix of its own, so it starts with nothing of it cached and its first requests compute
-        # it (reset_prefix_cache would refuse: the graphs' pad request holds pages)
+        # it (not LLM.reset_prefix_cache: an older checkout measured with --against may not have it)
         self.runs += 1
         prompts = _fewshot_prompts(self.requests, seed=self.runs)
         starts = _launch_times(self.llm, lambda: self.llm.generate(prompts, SamplingParams(max_new_tokens=self.n2)))

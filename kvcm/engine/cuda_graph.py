@@ -148,16 +148,32 @@ class StepGraphs:
         self.num_replays = 0      # steps served by a static step (graph replays on CUDA)
         self.num_bucket_replays = 0   # of which on a token bucket (steps with prefill chunks)
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self._make_pad()
+
+    def _make_pad(self) -> None:
         if not self.mgr.has_request(PAD_REQUEST):
             q = 1 + self.mgr.max_draft_len          # padding rows of the widest decode shape fit its pages
             self.mgr.begin_context_chunk(PAD_REQUEST, 0, q, q)
         self.pad_tables = self.mgr.block_table(PAD_REQUEST)
+        for static in (*self.shapes.values(), *self.buckets.values()):
+            static.pad_tables = self.pad_tables
 
     def release(self) -> None:
         self.shapes.clear()
         self.buckets.clear()
         if self.mgr.has_request(PAD_REQUEST):
             self.mgr.free_resources(PAD_REQUEST)
+
+    def reset_prefix_cache(self) -> bool:
+        """The manager's ``reset_prefix_cache`` with the pad request out of its way: the manager refuses while any
+        request holds a page (vLLM's rule), and the pad holds pages for as long as the graphs live. The pad is made
+        again afterwards and every static step given its pages: a step copies its padding rows' block tables in
+        at each fill, so a captured graph follows them."""
+        self.mgr.free_resources(PAD_REQUEST)
+        try:
+            return self.mgr.reset_prefix_cache()
+        finally:
+            self._make_pad()
 
     def _static(self, **kw) -> StaticStep:
         return StaticStep(self.runner, max_seq_len=self.max_seq_len, pad_tables=self.pad_tables, **kw)

@@ -232,6 +232,17 @@ class LLM:
         if self.drafter is not None:
             self.drafter.close()
 
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block of the target's cache and the draft model's (vLLM's ``LLM.reset_prefix_cache``):
+        the next ``generate`` starts cold, as a benchmark's timed run or a changed model needs. False, with that
+        cache unchanged, while a request holds its pages (a ``generate`` that raised part way)."""
+        ok = True
+        for mgr, graphs in ((self.manager, self.graphs),
+                            (getattr(self.drafter, "manager", None), getattr(self.drafter, "graphs", None))):
+            if mgr is not None:
+                ok &= graphs.reset_prefix_cache() if graphs is not None else mgr.reset_prefix_cache()
+        return ok
+
     @property
     def page_usage(self) -> list[_page_usage.GroupUsage]:
         """Per layer group of the target cache, for the last ``generate``: peak pages held and pages released

@@ -168,3 +168,31 @@ def test_prefill_starts_at_the_cached_length(llama, version):
     assert (items[0].start, items[0].token_ids) == (cached, second[cached:])
     assert sched.reuse_stats.reused_tokens == cached and sched.reuse_stats.computed_tokens == len(second) - cached
     llm.manager.free_resources(seq.request_id)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(cuda_graph=True), dict(cuda_graph=True, max_draft_len=3)],
+                         ids=["eager", "graphs", "graphs-draft-model"])
+def test_reset_prefix_cache_starts_the_next_generate_cold(llama, draft_model, kw):
+    """``LLM.reset_prefix_cache`` (vLLM's): after it the next ``generate`` finds nothing cached, in the target's
+    cache and the draft model's, and gives the same tokens as the first, cold one. A graph engine's pad request
+    holds pages for the graphs' lifetime, so the manager alone refuses (vLLM test_reset_prefix_cache: not while a
+    request holds pages); the engine moves it out of the way and its padding rows keep working after."""
+    if "max_draft_len" in kw:
+        kw = dict(kw, drafter=draft_model)
+    llm = build(llama, "v2", True, max_batch_size=3, **kw)     # 4 prompts at batch 3: padded decode rows
+    prompts = shared_prefix_prompts()         # they share prefixes: a cold run reuses within itself
+    params = SamplingParams(max_new_tokens=NEW, ignore_eos=True)
+    cold = [o.token_ids for o in llm.generate(prompts, params)]
+    cold_stats = llm.reuse_stats
+    warm = [o.token_ids for o in llm.generate(prompts, params)]
+    assert llm.reuse_stats.reused_tokens > cold_stats.reused_tokens
+    if llm.graphs is not None:
+        assert llm.manager.reset_prefix_cache() is False     # the pad request holds pages
+    assert llm.reset_prefix_cache() is True
+    assert llm.manager.get_num_reusable_blocks() == 0
+    draft = getattr(llm.drafter, "manager", None)
+    assert draft is None or draft.get_num_reusable_blocks() == 0
+    again = [o.token_ids for o in llm.generate(prompts, params)]
+    assert llm.reuse_stats == cold_stats, f"after the reset {llm.reuse_stats}, cold {cold_stats}"
+    assert_same(again, cold, "after the reset vs the first run")
+    assert_same(warm, cold, "the reusing run vs the first run")
