@@ -15,6 +15,8 @@
 #   reuse       SmolLM2's GPU-lane block-reuse gates (suites/engine/test_reuse_cuda.py), then benchmarks/fewshot.py
 #               on all 1,319 GSM8K questions 8-shot (bf16, batch 256): HF generate, kvcm V2 and V1 with reuse
 #               off and on
+#   split       benchmarks/decode_attention.py (the decode attention kernel, whole vs split keys, batch x KV length),
+#               then benchmarks/fewshot.py 8-shot with kvcm V2 alone (no HF), decode_split_len 0 and 256 in turn
 #   drift       benchmarks/kernel_drift.py: which component moves bf16 logits from fp32
 #   gemma       Gemma 3 270M: its GPU gates (suites/engine/test_gemma3_cuda.py, test_gemma3_tiny.py on CUDA) and
 #               benchmarks/fewshot.py on all 1,319 GSM8K questions 5-shot (bf16, batch 256): HF generate, then kvcm
@@ -64,6 +66,13 @@ for part in "${parts[@]}"; do
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model smollm2 --shots 8 \
         --num-prompts 0 --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --profile --json "$out/fewshot.json" 2>&1 \
         | quiet | tee "$out/fewshot.log" ;;
+    split)
+      timeout 150 python3 benchmarks/decode_attention.py 2>&1 | tee "$out/decode_attention.log"
+      for split in 0 256; do
+        timeout $(( budget / 3 )) python3 benchmarks/fewshot.py --model smollm2 --shots 8 --num-prompts 0 \
+          --kvcm-versions v2 --dtype bfloat16 --batch-size 256 --no-hf --profile --decode-split-len $split \
+          --json "$out/fewshot_split$split.json" 2>&1 | quiet | tee -a "$out/fewshot_split.log"
+      done ;;
     spec)
       timeout "$budget" python3 benchmarks/gpu_spec.py --json "$out/gpu_spec.json" 2>&1 | quiet \
         | tee "$out/gpu_spec.log" ;;
@@ -78,7 +87,7 @@ for part in "${parts[@]}"; do
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model gemma-3-270m --shots 5 --num-prompts 0 \
         --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/gemma_fewshot.json" 2>&1 | quiet \
         | tee "$out/gemma_fewshot.log" ;;
-    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, lane, spec, cutoff, reuse, drift, gemma)" >&2
+    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, lane, spec, cutoff, reuse, split, drift, gemma)" >&2
        exit 2 ;;
   esac
 done

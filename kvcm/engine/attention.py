@@ -55,6 +55,7 @@ class AttentionContext:
     num_uniform: int = 0               # leading rows of ``uniform_q_len`` queries each, attended in one batch
     uniform_q_len: int = 1
     use_kernel: bool = False           # Triton kernels (CUDA) rather than the torch reference
+    split_len: int = 0                 # the kernel reads each query block's keys in shares of this many (0: whole)
     cache: dict = field(default_factory=dict)     # masks shared by the layers of a group
 
 
@@ -183,7 +184,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     if ctx.use_kernel:
         triton_attention.store_kv(kv, k_new, v_new, meta.slot_block, meta.slot_offset)
         out = triton_attention.paged_attention(q, kv, meta.block_table, ctx.seq_lens, ctx.query_start,
-                                               scale=scale, window=window, tpb=ctx.tokens_per_block)
+                                               scale=scale, window=window, tpb=ctx.tokens_per_block,
+                                               split_len=ctx.split_len)
     else:
         kv[:, 0].index_put_((meta.slot_block, meta.slot_offset), k_new.to(kv.dtype))
         kv[:, 1].index_put_((meta.slot_block, meta.slot_offset), v_new.to(kv.dtype))

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from .. import validation
+from . import triton_attention
 from ..errors import ConfigError
 
 
@@ -57,7 +58,7 @@ def check_tokenizer(tokenizer) -> None:
 
 
 def check_engine_options(model, *, max_seq_len, overlap, trace, cuda_graph, graph_capture,
-                         cuda_graph_batch_sizes, cuda_graph_token_buckets) -> None:
+                         cuda_graph_batch_sizes, cuda_graph_token_buckets, decode_split_len=0) -> None:
     """The ``LLM`` keywords ``Limits`` does not own: flags are bools, size lists hold positive integers, and
     ``max_seq_len`` fits the model's positions (past them the rotary tables give garbage, silently)."""
     for name, value in (("overlap", overlap), ("trace", trace), ("cuda_graph", cuda_graph)):
@@ -69,6 +70,10 @@ def check_engine_options(model, *, max_seq_len, overlap, trace, cuda_graph, grap
         if value is not None:
             int_list(name, value, low=1)
     check_positions("max_seq_len", max_seq_len, model)
+    tile = triton_attention.TILE_N
+    if validation.count("decode_split_len", decode_split_len) % tile:
+        raise ConfigError("decode_split_len", decode_split_len, f"must be 0 (off) or a multiple of {tile} (the "
+                                                                "attention kernel's key tile)")
 
 
 def check_positions(field: str, length, model, what: str = "the model's") -> None:

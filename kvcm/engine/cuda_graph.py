@@ -277,7 +277,7 @@ def _warm_eagerly(model, device, plan: GraphPlan):
 
 
 def build_cache(model, device, make_manager, kv_cache_config, plan: GraphPlan | None, *, max_seq_len: int,
-                manager=None, tracer=None) -> EngineCache:
+                manager=None, tracer=None, decode_split_len: int = 0) -> EngineCache:
     """One model's cache, one way: with a graph plan (and no ready ``manager``) warm up on the estimation
     cache (``kvcm.estimation.estimate``) and free it; then the final manager ``make_manager(kv_cache_config)``,
     its runner, and with a plan its graphs. Target and draft caches are built the same way."""
@@ -288,7 +288,7 @@ def build_cache(model, device, make_manager, kv_cache_config, plan: GraphPlan | 
         reports.append(report)
     if manager is None:
         manager = make_manager(seams.final_cache_config(kv_cache_config, described, reports[0] if reports else None))
-    runner = ModelRunner(model, manager, device, tracer)
+    runner = ModelRunner(model, manager, device, tracer, decode_split_len)
     graphs = None
     if plan is not None:
         graphs, final = setup_cuda_graphs(runner, plan)

@@ -86,7 +86,8 @@ class LLM:
                  cuda_graph_token_buckets: list[int] | None = None, graph_capture: bool | None = None,
                  overlap: bool = True, drafter=None, draft_kvcm_version: str | None = None,
                  draft_kv_cache_config=None, enable_block_reuse: bool | None = None,
-                 spec_max_concurrency: int | None = spec_cutoff.DEFAULT_SPEC_MAX_CONCURRENCY):
+                 spec_max_concurrency: int | None = spec_cutoff.DEFAULT_SPEC_MAX_CONCURRENCY,
+                 decode_split_len: int = 0):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
         (eagerly) on the CPU unless ``graph_capture`` says otherwise. ``overlap``: schedule and launch each
@@ -107,6 +108,10 @@ class LLM:
         ``kv_cache_config.enable_block_reuse`` (on by default, as in TensorRT-LLM). ``reuse_stats``: the last
         ``generate``'s hit rate.
 
+        ``decode_split_len``: on the Triton kernels, a decode step's attention reads each sequence's keys in shares
+        of this many positions, one program each, and combines them (flash-decoding; a multiple of 32; 0, the
+        default, reads a sequence's keys in one program): long contexts at small batches read in parallel.
+
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
         ``draft_kvcm_version=``.
         """
@@ -116,7 +121,8 @@ class LLM:
         checks.check_engine_options(model, max_seq_len=max_seq_len, overlap=overlap, trace=trace,
                                     cuda_graph=cuda_graph, graph_capture=graph_capture,
                                     cuda_graph_batch_sizes=cuda_graph_batch_sizes,
-                                    cuda_graph_token_buckets=cuda_graph_token_buckets)
+                                    cuda_graph_token_buckets=cuda_graph_token_buckets,
+                                    decode_split_len=decode_split_len)
         checks.check_drafter(drafter, max_draft_len, model)
         self.spec_max_concurrency = spec_max_concurrency
         self.model = model.to(device).eval()
@@ -146,7 +152,8 @@ class LLM:
         self.tracer = Tracer() if trace else None
         target = build_cache(self.model, self.device, self._factory(kvcm_version, self.model_spec,
                                                                     max_seq_len), target_cfg, plan,
-                             max_seq_len=max_seq_len, manager=manager, tracer=self.tracer)
+                             max_seq_len=max_seq_len, manager=manager, tracer=self.tracer,
+                             decode_split_len=decode_split_len)
         self.manager, self.runner, self.graphs, self.warmup_reports = (target.manager, target.runner,
                                                                          target.graphs, target.reports)
         self.drafter, self.draft_warmup_reports = None, []
@@ -160,7 +167,7 @@ class LLM:
             draft = build_cache(draft_model, self.device,
                                 self._factory(dv, ModelSpec.from_hf_config(draft_model.config),
                                               max_seq_len + max_draft_len), draft_cfg, draft_plan,
-                                max_seq_len=max_seq_len + max_draft_len)
+                                max_seq_len=max_seq_len + max_draft_len, decode_split_len=decode_split_len)
             self.drafter = ModelDrafter(draft.runner, max_draft_len, name=f"model-{dv}", graphs=draft.graphs)
             self.draft_warmup_reports = draft.reports
         elif drafter is not None:

@@ -37,8 +37,11 @@ class StepItem:
 
 
 class ModelRunner:
-    def __init__(self, model, mgr, device="cpu", tracer: Tracer | None = None):
+    def __init__(self, model, mgr, device="cpu", tracer: Tracer | None = None, decode_split_len: int = 0):
+        """``decode_split_len``: a decode step's attention kernel reads each sequence's keys in shares of this
+        many positions (``triton_attention.paged_attention``'s ``split_len``); 0 reads them in one program."""
         self.model, self.mgr = model, mgr
+        self.decode_split_len = decode_split_len
         self.device = torch.device(device)
         self.tracer = tracer
         self.base = getattr(model, model.base_model_prefix)
@@ -94,10 +97,13 @@ class ModelRunner:
         d = buf.d
         groups = [GroupMeta(w, d[f"slot_block{g}"], d[f"slot_offset{g}"], d[f"block_table{g}"])
                   for g, w in enumerate(self.windows)]
+        # a step of decodes only (every row, a graph's padding rows too, alike): its keys may be split; a static
+        # step keeps this context, so a token bucket (first filled with padding only) never splits
+        decode = filled.num_uniform == buf.num_seqs > 0
         return AttentionContext(self.layer_kv, self.group_of_layer, self.tpb, groups, d["seq_lens"],
                                 d["query_start"], buf.h["seq_lens"], buf.h["query_start"],
                                 num_uniform=filled.num_uniform, uniform_q_len=filled.uniform_q_len,
-                                use_kernel=self.use_kernel)
+                                use_kernel=self.use_kernel, split_len=self.decode_split_len if decode else 0)
 
     # ---- forward ---------------------------------------------------------------------------------------------
     def _trace(self, items: list[StepItem]) -> None:

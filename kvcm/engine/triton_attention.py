@@ -95,11 +95,12 @@ if triton is not None:
 
     @triton.jit
     def _paged_attention_kernel(q_ptr, kv_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_ptr,
-                                num_seqs, scale, window,
+                                part_m_ptr, part_l_ptr, part_acc_ptr,
+                                num_seqs, scale, window, split_len,
                                 s_qt, s_qh, s_ot, s_oh, s_pb, s_pf, s_pt, s_ph, s_bt,
                                 REP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, TPB: tl.constexpr,
                                 BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE: tl.constexpr,
-                                PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                                SPLITS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
         pid = tl.program_id(0)
         kvh = tl.program_id(1)
         seq = _find_seq(query_start_ptr, pid, num_seqs, BLOCK_Q)
@@ -125,6 +126,10 @@ if triton is not None:
 
         hi = context + tl.minimum(q_len, (local + 1) * BLOCK_Q)     # keys below this position are read
         lo = tl.maximum(context + local * BLOCK_Q - window + 1, 0) // TILE * TILE
+        if SPLITS > 1:      # this program's share of the keys: split_len of them (a multiple of TILE)
+            first = tl.program_id(2) * split_len
+            lo = tl.maximum(lo, first)
+            hi = tl.minimum(hi, first + split_len)
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
@@ -152,9 +157,49 @@ if triton is not None:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m_i = m_new
             start += TILE
-        out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
+        if SPLITS > 1:      # the partial softmax of this share, for _combine_splits_kernel
+            part = ((pid * tl.num_programs(1) + kvh) * SPLITS + tl.program_id(2)) * BLOCK_M + m
+            tl.store(part_m_ptr + part, m_i)
+            tl.store(part_l_ptr + part, l_i)
+            tl.store(part_acc_ptr + part[:, None] * D_PAD + d[None, :], acc)
+        else:
+            out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
+            tl.store(out_ptr + (q_first + qi)[:, None] * s_ot + head[:, None] * s_oh + d[None, :],
+                     out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+
+    @triton.jit
+    def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, query_start_ptr, num_seqs, s_ot, s_oh,
+                               REP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                               BLOCK_Q: tl.constexpr, SPLITS: tl.constexpr):
+        """One program per query block and KV head: the shares' softmaxes rescaled to their common maximum and
+        summed (a share with no key has maximum -inf and weight 0)."""
+        pid = tl.program_id(0)
+        kvh = tl.program_id(1)
+        seq = _find_seq(query_start_ptr, pid, num_seqs, BLOCK_Q)
+        q_first = tl.load(query_start_ptr + seq)
+        q_len = tl.load(query_start_ptr + seq + 1) - q_first
+        local = pid - (q_first // BLOCK_Q + seq)
+        if local * BLOCK_Q >= q_len:
+            return
+        m = tl.arange(0, BLOCK_M)
+        qi = local * BLOCK_Q + m // REP
+        head = kvh * REP + m % REP
+        row_ok = (m // REP < BLOCK_Q) & (qi < q_len)
+        d = tl.arange(0, D_PAD)
+        base = (pid * tl.num_programs(1) + kvh) * SPLITS * BLOCK_M + m
+        top = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        for i in tl.static_range(SPLITS):
+            top = tl.maximum(top, tl.load(part_m_ptr + base + i * BLOCK_M))
+        top = tl.where(top == float("-inf"), 0.0, top)
+        l_sum = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+        for i in tl.static_range(SPLITS):
+            w = tl.exp(tl.load(part_m_ptr + base + i * BLOCK_M) - top)
+            l_sum += w * tl.load(part_l_ptr + base + i * BLOCK_M)
+            acc += w[:, None] * tl.load(part_acc_ptr + (base + i * BLOCK_M)[:, None] * D_PAD + d[None, :])
+        out = tl.where(l_sum[:, None] > 0, acc / tl.where(l_sum > 0, l_sum, 1.0)[:, None], 0.0)
         tl.store(out_ptr + (q_first + qi)[:, None] * s_ot + head[:, None] * s_oh + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & (d < D)[None, :])
 
 
 def store_kv(kv: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_block: torch.Tensor,
@@ -170,13 +215,24 @@ def store_kv(kv: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_bloc
                            KVH=kvh, KVH_PAD=_next_pow2(kvh), D=d, D_PAD=max(16, _next_pow2(d)))
 
 
+def num_splits(width: int, tpb: int, split_len: int) -> int:
+    """How many shares of ``split_len`` keys cover a block table ``width`` pages wide (1: not split)."""
+    return max(1, -(-(width * tpb) // split_len)) if split_len else 1
+
+
 def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
-                    query_start: torch.Tensor, *, scale: float, window: int | None, tpb: int) -> torch.Tensor:
+                    query_start: torch.Tensor, *, scale: float, window: int | None, tpb: int,
+                    split_len: int = 0) -> torch.Tensor:
     """``q`` ``[T, H, D]`` (last dim dense) -> ``[T, H, D]`` over the pages ``kv`` (layout as ``store_kv``).
 
     ``block_table`` ``[S, W]`` (-1 = no page), ``seq_lens`` ``[S]`` KV lengths after this step's tokens,
     ``query_start`` ``[S + 1]`` packed query offsets with ``query_start[S] == T`` (every row belongs to a
     sequence; padding rows belong to one whose KV length is 0, and come out 0).
+
+    ``split_len`` (a multiple of ``TILE_N``; 0: off) splits each query block's keys into shares of that many
+    positions, one program each, and a second launch combines their softmaxes (flash-decoding): a decode's one
+    query block then reads a long KV in parallel rather than tile after tile in one program. The number of
+    shares depends only on the table's width, so the launch shape stays graph-safe.
     """
     t, heads, d = q.shape
     kvh = kv.shape[3]
@@ -184,18 +240,31 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
     num_seqs = block_table.shape[0]
     if t == 0 or num_seqs == 0:
         return out
+    if split_len % TILE_N or split_len < 0:
+        raise ValueError(f"split_len={split_len} must be 0 or a positive multiple of {TILE_N}")
     block_m, block_q = tile_shape(heads, kvh)
-    grid = (num_programs(t, num_seqs, block_q), kvh)
+    d_pad = max(16, _next_pow2(d))
+    programs = num_programs(t, num_seqs, block_q)
+    splits = num_splits(block_table.shape[1], tpb, split_len)
+    if splits > 1:
+        part_m = torch.empty(programs * kvh * splits * block_m, dtype=torch.float32, device=q.device)
+        part_l = torch.empty_like(part_m)
+        part_acc = torch.empty(part_m.numel() * d_pad, dtype=torch.float32, device=q.device)
+    else:
+        part_m = part_l = part_acc = out          # not read: the kernel writes ``out`` itself
     # the interpreter's bf16 dot is wrong: there, half-precision tiles are multiplied in fp32 (loads and stores
     # keep the page dtype, so the CPU check still covers bf16 pages)
     upcast = interpreted() and q.dtype != torch.float32
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
-    _paged_attention_kernel[grid](q, kv, out, block_table, seq_lens, query_start, num_seqs, float(scale),
-                                  int(window or NO_WINDOW),
-                                  q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-                                  kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), block_table.stride(0),
-                                  REP=heads // kvh, D=d, D_PAD=max(16, _next_pow2(d)), TPB=tpb,
-                                  BLOCK_M=block_m, BLOCK_Q=block_q, TILE=TILE_N, PRECISION=precision,
-                                  UPCAST=upcast,
-                                  num_warps=4)
+    _paged_attention_kernel[(programs, kvh, splits)](
+        q, kv, out, block_table, seq_lens, query_start, part_m, part_l, part_acc, num_seqs, float(scale),
+        int(window or NO_WINDOW), int(split_len),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), block_table.stride(0),
+        REP=heads // kvh, D=d, D_PAD=d_pad, TPB=tpb, BLOCK_M=block_m, BLOCK_Q=block_q, TILE=TILE_N,
+        SPLITS=splits, PRECISION=precision, UPCAST=upcast, num_warps=4)
+    if splits > 1:
+        _combine_splits_kernel[(programs, kvh)](part_m, part_l, part_acc, out, query_start, num_seqs,
+                                                out.stride(0), out.stride(1), REP=heads // kvh, D=d, D_PAD=d_pad,
+                                                BLOCK_M=block_m, BLOCK_Q=block_q, SPLITS=splits, num_warps=4)
     return out

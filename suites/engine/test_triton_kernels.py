@@ -80,11 +80,10 @@ def _reference(q, kv, block_table, seq_lens, query_start, scale, window, tpb):
     return out
 
 
-@pytest.mark.parametrize("heads,kv_heads,dim,tpb,window", [(9, 3, 64, 32, None), (4, 2, 16, 8, 16), (9, 3, 64, 8, 20),
-                                                           (2, 2, 32, 16, None)])
-def test_attention_kernel_matches_the_reference(device, heads, kv_heads, dim, tpb, window):
+def _case(heads, kv_heads, dim, tpb, window):
     """A decode, a speculative verification (5 queries), prefill chunks at 0 and past it, a padding row of KV
-    length 0; released pages (-1) and every page no row holds filled with NaN."""
+    length 0; released pages (-1) and every page no row holds filled with NaN. Returns the kernel's arguments
+    (q, kv, table, seq_lens, query_start, scale) and the reference output."""
     g = torch.Generator().manual_seed(heads * tpb)
     rows = [(1, 37), (5, 21), (13, 13), (7, 50), (1, 3), (9, 0)]        # (queries, KV length)
     num_blocks, width = 40, 8
@@ -102,7 +101,13 @@ def test_attention_kernel_matches_the_reference(device, heads, kv_heads, dim, tp
     starts = torch.tensor([0] + [q for q, _ in rows]).cumsum(0)
     q = torch.randn(heads, int(starts[-1]), dim, generator=g).transpose(0, 1)    # strided, as the model gives it
     scale = dim ** -0.5
-    ref = _reference(q, kv, table, lens, starts, scale, window, tpb)
+    return (q, kv, table, lens, starts, scale), _reference(q, kv, table, lens, starts, scale, window, tpb)
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim,tpb,window", [(9, 3, 64, 32, None), (4, 2, 16, 8, 16), (9, 3, 64, 8, 20),
+                                                           (2, 2, 32, 16, None)])
+def test_attention_kernel_matches_the_reference(device, heads, kv_heads, dim, tpb, window):
+    (q, kv, table, lens, starts, scale), ref = _case(heads, kv_heads, dim, tpb, window)
     out = triton_attention.paged_attention(q.to(device), kv.to(device), table.to(device), lens.to(device),
                                            starts.to(device), scale=scale, window=window, tpb=tpb).cpu()
     assert torch.isfinite(out).all()
@@ -111,6 +116,24 @@ def test_attention_kernel_matches_the_reference(device, heads, kv_heads, dim, tp
                                              lens.to(device), starts.to(device), scale=scale, window=window,
                                              tpb=tpb).cpu()
     torch.testing.assert_close(out16.double(), ref, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim,tpb,window,split_len", [(9, 3, 64, 32, None, 32), (9, 3, 64, 8, 20, 32),
+                                                                     (4, 2, 16, 16, 16, 64)])
+def test_split_keys_give_the_unsplit_attention(device, heads, kv_heads, dim, tpb, window, split_len):
+    """Flash-decoding (``split_len``): every row's keys in shares of ``split_len``, their softmaxes combined.
+    The same rows as above, so shares that hold no key of a row (short rows, the window, the padding row) and
+    rows whose keys span several shares are both there."""
+    (q, kv, table, lens, starts, scale), ref = _case(heads, kv_heads, dim, tpb, window)
+    assert triton_attention.num_splits(table.shape[1], tpb, split_len) > 1
+    args = (q.to(device), kv.to(device), table.to(device), lens.to(device), starts.to(device))
+    whole = triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb).cpu()
+    split = triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, split_len=split_len).cpu()
+    assert torch.isfinite(split).all()
+    torch.testing.assert_close(split.double(), ref, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(split, whole, atol=2e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="split_len=20 must be 0 or a positive multiple of 32"):
+        triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, split_len=20)
 
 
 def test_store_kv_writes_each_token_at_its_slot(device):
@@ -143,6 +166,22 @@ def test_engine_on_the_kernels_matches_hf_generate(device, arch, kvcm_version):
     static = LLM(model, cuda_graph=True, cuda_graph_batch_sizes=[1, 2], cuda_graph_token_buckets=[16], **kw)
     assert [o.token_ids for o in static.generate(prompts, params)] == ref
     assert static.graphs.num_bucket_replays > 0 and static.graphs.num_replays > static.graphs.num_bucket_replays
+
+
+def test_engine_with_split_decode_keys_matches_hf_generate(device):
+    """``LLM(decode_split_len=...)``: decode steps (eager and graphs) read their keys in shares of 32 positions
+    (max_seq_len 64: two shares); mixed steps and token buckets do not split. HF generate's tokens either way."""
+    model, _ = tiny_model("llama", seed=5, device=device)
+    prompts = random_prompts(11, [5, 21, 9])
+    params = SamplingParams(max_new_tokens=14, ignore_eos=True)
+    ref = [r.token_ids for r in hf_generate(model, prompts, 14, eos_token_id=[])]
+    llm = LLM(model, max_batch_size=2, max_seq_len=64, max_num_tokens=16, device=device, cuda_graph=True,
+              cuda_graph_batch_sizes=[1, 2], cuda_graph_token_buckets=[16], decode_split_len=32,
+              kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=512, dtype="float32"))
+    assert [o.token_ids for o in llm.generate(prompts, params)] == ref
+    assert {s.ctx.split_len for s in llm.graphs.shapes.values()} == {32}
+    assert {s.ctx.split_len for s in llm.graphs.buckets.values()} == {0}
+    assert llm.graphs.num_replays > llm.graphs.num_bucket_replays > 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -59,6 +59,8 @@ CASES = [
      "cuda_graph_batch_sizes", "1,2", "list of integers"),
     ("graph_buckets_zero", lambda m, e: _mk(m, cuda_graph=True, cuda_graph_token_buckets=[0, 8]),
      "cuda_graph_token_buckets[0]", 0, ">= 1"),
+    ("decode_split_len_odd", lambda m, e: _mk(m, decode_split_len=48), "decode_split_len", 48, "multiple of 32"),
+    ("decode_split_len_negative", lambda m, e: _mk(m, decode_split_len=-32), "decode_split_len", -32, ">= 0"),
     ("max_seq_len_past_positions", lambda m, e: _mk(m, max_seq_len=100_000), "max_seq_len", 100_000,
      "<= 4096 (the model's max_position_embeddings)"),
     ("drafter_unknown", lambda m, e: _mk(m, drafter="eagle", max_draft_len=2), "drafter", "eagle", "'ngram'"),

@@ -1,0 +1,90 @@
+"""The paged attention kernel on decode steps, whole versus split keys (flash-decoding), on CUDA.
+
+A decode row is one query block, so without splitting one program per (sequence, KV head) reads the sequence's
+whole KV tile after tile; at a few-shot prompt's 1,400 positions that is 44 tiles in a row. With
+``split_len`` the keys are read in shares of that many positions, one program each, and a second launch
+combines them. Which is faster depends on the batch (how many programs there are already) and the KV length, so
+this times every pair in one run, SmolLM2-135M's attention shape (9 query heads, 3 KV heads, 64 dims), bf16,
+32-token pages, each KV length the same for every row:
+
+    python benchmarks/decode_attention.py [--batches 1 8 64 256] [--kv-lens 256 1400 4096]
+                                          [--split-lens 0 64 128 256 512]
+
+prints, per (batch, KV length), each ``split_len``'s time per call (CUDA events over ``--iters`` calls in a
+graph-free loop, after a warm-up) and its ratio to the unsplit kernel; outputs are checked equal to the unsplit
+ones first.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kvcm.engine import triton_attention  # noqa: E402
+
+HEADS, KV_HEADS, DIM, TPB = 9, 3, 64, 32
+
+
+def case(batch: int, kv_len: int, device: str):
+    pages = -(-kv_len // TPB)
+    g = torch.Generator(device="cpu").manual_seed(batch * kv_len)
+    kv = torch.randn(batch * pages, 2, TPB, KV_HEADS, DIM, generator=g).to(device, torch.bfloat16)
+    table = torch.randperm(batch * pages, generator=g).view(batch, pages).to(device)
+    q = torch.randn(batch, HEADS, DIM, generator=g).to(device, torch.bfloat16)
+    lens = torch.full((batch,), kv_len, device=device)
+    starts = torch.arange(batch + 1, device=device)
+    return q, kv, table, lens, starts
+
+
+def time_ms(fn, iters: int) -> float:
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 256])
+    ap.add_argument("--kv-lens", type=int, nargs="+", default=[256, 1400, 4096])
+    ap.add_argument("--split-lens", type=int, nargs="+", default=[0, 64, 128, 256, 512])
+    ap.add_argument("--iters", type=int, default=200)
+    args = ap.parse_args(argv)
+    bad = [s for s in args.split_lens if s < 0 or s % triton_attention.TILE_N]
+    if bad:
+        ap.error(f"--split-lens {bad[0]}: must be 0 or a positive multiple of {triton_attention.TILE_N}")
+    args.split_lens = sorted(set(args.split_lens) | {0})      # 0 first: the others' ratios are to it
+    if not torch.cuda.is_available():
+        raise SystemExit("decode_attention.py times the Triton kernel on CUDA; no CUDA device here")
+    print(f"{torch.cuda.get_device_name()}: paged attention per decode call, bf16, {HEADS}/{KV_HEADS} heads, "
+          f"{DIM} dims, {TPB}-token pages; ms (ratio to split_len 0)")
+    print(f"{'batch':>6} {'kv_len':>7} " + " ".join(f"{'split ' + str(s):>18}" for s in args.split_lens))
+    for batch in args.batches:
+        for kv_len in args.kv_lens:
+            q, kv, table, lens, starts = case(batch, kv_len, "cuda")
+
+            def call(split_len):
+                return triton_attention.paged_attention(q, kv, table, lens, starts, scale=DIM ** -0.5, window=None,
+                                                        tpb=TPB, split_len=split_len)
+            whole = call(0)
+            cells = []
+            for s in args.split_lens:
+                torch.testing.assert_close(call(s), whole, atol=2e-2, rtol=2e-2)
+                ms = time_ms(lambda: call(s), args.iters)
+                base = ms if s == 0 else base
+                cells.append(f"{ms:8.4f} ({ms / base:4.2f}x)")
+            print(f"{batch:>6} {kv_len:>7} " + " ".join(f"{c:>18}" for c in cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
