@@ -5,7 +5,9 @@ from __future__ import annotations
 from pytest_kvcm.sensitivity import Progress
 
 
-def test_kvcm_progress_bar_shows_while_output_is_captured(pytester):
+def test_kvcm_progress_bar_shows_while_output_is_captured(pytester, monkeypatch):
+    # the inner run is a plain one even when this suite runs under xdist (whose workers' bars are off)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     pytester.makepyfile("""
         def test_long(kvcm_progress):
             print("captured, never shown")
