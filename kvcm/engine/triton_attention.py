@@ -94,6 +94,15 @@ if triton is not None:
         return lo - 1
 
     @triton.jit
+    def _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q: tl.constexpr):
+        """Program ``pid``'s sequence, its first query row and query count, and which of its query blocks this is
+        (past its last block when ``local * BLOCK_Q >= q_len``: a spare program of ``num_programs``)."""
+        seq = _find_seq(query_start_ptr, pid, num_seqs, BLOCK_Q)
+        q_first = tl.load(query_start_ptr + seq)
+        q_len = tl.load(query_start_ptr + seq + 1) - q_first
+        return seq, q_first, q_len, pid - (q_first // BLOCK_Q + seq)
+
+    @triton.jit
     def _paged_attention_kernel(q_ptr, kv_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_ptr,
                                 part_m_ptr, part_l_ptr, part_acc_ptr,
                                 num_seqs, scale, window, split_len,
@@ -103,10 +112,7 @@ if triton is not None:
                                 SPLITS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
         pid = tl.program_id(0)
         kvh = tl.program_id(1)
-        seq = _find_seq(query_start_ptr, pid, num_seqs, BLOCK_Q)
-        q_first = tl.load(query_start_ptr + seq)
-        q_len = tl.load(query_start_ptr + seq + 1) - q_first
-        local = pid - (q_first // BLOCK_Q + seq)
+        seq, q_first, q_len, local = _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q)
         if local * BLOCK_Q >= q_len:
             return
         kv_len = tl.load(seq_lens_ptr + seq)
@@ -175,10 +181,7 @@ if triton is not None:
         summed (a share with no key has maximum -inf and weight 0)."""
         pid = tl.program_id(0)
         kvh = tl.program_id(1)
-        seq = _find_seq(query_start_ptr, pid, num_seqs, BLOCK_Q)
-        q_first = tl.load(query_start_ptr + seq)
-        q_len = tl.load(query_start_ptr + seq + 1) - q_first
-        local = pid - (q_first // BLOCK_Q + seq)
+        seq, q_first, q_len, local = _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q)
         if local * BLOCK_Q >= q_len:
             return
         m = tl.arange(0, BLOCK_M)
