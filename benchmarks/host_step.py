@@ -16,8 +16,10 @@ Two workloads:
 * ``fewshot``: GSM8K 8-shot's shape (``--requests`` prompts of one 1,316-token prefix and a 65-token question, at
   most 256 running, 8,192 tokens a step, token buckets for the mixed steps as on CUDA), each answer ending at a
   seeded EOS (1 in 40 tokens, at most ``--new-tokens``), block reuse off and on. Requests come and go every step,
-  so most steps are mixed (decodes beside prefill chunks) and admissions run between steps: the few-shot run's
-  host time, whole (every step summed) and per step kind, median and slowest.
+  so most steps are mixed (decodes beside prefill chunks) and admissions run between steps: the run's host time,
+  whole (every step summed) and per step kind, median and slowest.
+* ``chat``: the same for the full-GSM8K throughput run's shape: a 30-token shared chat template, then a question
+  of 50-190 tokens; answers end at 1 in 300 tokens, so most run to ``--new-tokens`` (256 there).
 
 ``--against DIR`` runs the same measurement on another checkout (e.g. a ``git worktree`` of an older commit) in
 a subprocess, interleaved with this one, and prints both with the change: a before/after from one invocation.
@@ -27,6 +29,7 @@ a subprocess, interleaved with this one, and prints both with the change: a befo
     python benchmarks/host_step.py --against /tmp/base --repeat 3
     python benchmarks/host_step.py --kvcm-versions v2 --batches 256 --profile 25
     python benchmarks/host_step.py --workload fewshot --kvcm-versions v1 v2 --repeat 3
+    python benchmarks/host_step.py --workload chat --kvcm-versions v2 --new-tokens 256 --repeat 3
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -52,15 +56,31 @@ def _prompts(batch: int, seed: int = 0) -> list[list[int]]:
 
 
 EOS = 2                 # the tiny model's EOS id
-FEWSHOT_PREFIX, FEWSHOT_QUESTION, FEWSHOT_EOS_EVERY = 1316, 65, 40
 
 
-def _fewshot_prompts(n: int, seed: int = 0) -> list[list[int]]:
-    """GSM8K 8-shot's shape: one shared prefix, then each request's own question (ids of the tiny model)."""
+@dataclass(frozen=True)
+class Shape:
+    """A workload of requests that come and go: every prompt is ``prefix`` shared tokens then ``question``
+    (low, high) tokens of its own; each generated token is EOS with chance ``1 / eos_every``."""
+    prefix: int
+    question: tuple[int, int]
+    eos_every: int
+
+
+SHAPES = {
+    "fewshot": Shape(1316, (65, 65), 40),      # GSM8K 8-shot: benchmarks/fewshot.py's workload
+    "chat": Shape(30, (50, 190), 300),         # GSM8K questions in a chat template: throughput.py's workload
+}
+
+
+def _shaped_prompts(shape: Shape, n: int, seed: int = 0) -> list[list[int]]:
+    """``n`` prompts of ``shape`` (ids of the tiny model), their shared prefix drawn from ``seed``."""
     import torch
     g = torch.Generator().manual_seed(seed)
-    shared = torch.randint(3, 256, (FEWSHOT_PREFIX,), generator=g).tolist()
-    return [shared + torch.randint(3, 256, (FEWSHOT_QUESTION,), generator=g).tolist() for _ in range(n)]
+    shared = torch.randint(3, 256, (shape.prefix,), generator=g).tolist()
+    lo, hi = shape.question
+    return [shared + torch.randint(3, 256, (int(k),), generator=g).tolist()
+            for k in torch.randint(lo, hi + 1, (n,), generator=g)]
 
 
 def _no_forward(eos_every: int | None = None) -> None:
@@ -159,14 +179,14 @@ class Bench:
         return gaps[skip:len(gaps) - skip]
 
 
-class FewshotBench:
-    """One engine per (kvcm_version, reuse) for the few-shot workload, built once."""
+class MixedBench:
+    """One engine per (kvcm_version, reuse) for a workload ``Shape``, built once."""
 
-    def __init__(self, kvcm_version: str, reuse: str, requests: int, n2: int):
+    def __init__(self, shape: Shape, kvcm_version: str, reuse: str, requests: int, n2: int):
         import kvcm
         from kvcm.engine.cuda_graph import default_token_buckets
-        self.requests, self.n2, self.runs = requests, n2, 1
-        max_seq = FEWSHOT_PREFIX + FEWSHOT_QUESTION + n2 + 8
+        self.shape, self.requests, self.n2, self.runs = shape, requests, n2, 1
+        max_seq = shape.prefix + shape.question[1] + n2 + 8
         cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=256 * max_seq, dtype="float32",
                                  enable_block_reuse=reuse == "reuse")
         self.llm = _new_llm(kvcm_version, batch=256, max_seq=max_seq, kv_cache_config=cfg, max_num_tokens=8192,
@@ -179,19 +199,20 @@ class FewshotBench:
         # every run has a prefix of its own, so it starts with nothing of it cached and its first requests compute
         # it (not LLM.reset_prefix_cache: an older checkout measured with --against may not have it)
         self.runs += 1
-        prompts = _fewshot_prompts(self.requests, seed=self.runs)
+        prompts = _shaped_prompts(self.shape, self.requests, seed=self.runs)
         starts = _launch_times(self.llm, lambda: self.llm.generate(prompts, SamplingParams(max_new_tokens=self.n2)))
         return [((b - a) * 1e6, kind) for (a, kind), (b, _) in zip(starts, starts[1:])]
 
 
 def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 0, workload: str = "decode",
             requests: int = 1319) -> dict:
-    fewshot = workload == "fewshot"
-    _no_forward(FEWSHOT_EOS_EVERY if fewshot else None)
-    if fewshot:
-        benches = {key: FewshotBench(*key, requests, new_tokens) for key in configs}
+    shape = SHAPES.get(workload)
+    mixed = shape is not None
+    _no_forward(shape.eos_every if mixed else None)
+    if mixed:
+        benches = {key: MixedBench(shape, *key, requests, new_tokens) for key in configs}
         for b in benches.values():
-            b.llm.generate(_fewshot_prompts(4, seed=1), {"max_new_tokens": 4})     # warm
+            b.llm.generate(_shaped_prompts(shape, 4, seed=1), {"max_new_tokens": 4})     # warm
         run = lambda b: b.steps()                                       # noqa: E731
     else:
         benches = {key: Bench(*key, new_tokens) for key in configs}
@@ -201,7 +222,7 @@ def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 
     samples = {key: [] for key in configs}
     for _ in range(repeat):
         for key, b in benches.items():
-            samples[key].append(run(b)) if fewshot else samples[key].extend(run(b))
+            samples[key].append(run(b)) if mixed else samples[key].extend(run(b))
     out = {f"{v}/{bs}": {"steps": s} for (v, bs), s in samples.items()}
     if profile:
         import cProfile
@@ -218,7 +239,7 @@ def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 
     return out
 
 
-def _fewshot_figure(runs: list[list[tuple[float, str]]]) -> str:
+def _mixed_figure(runs: list[list[tuple[float, str]]]) -> str:
     """Per run the host's total; over the runs' steps of each kind the median, and the slowest step."""
     total = statistics.median(sum(us for us, _ in r) for r in runs) / 1e3
     parts = [f"{total:6.0f} ms a run, {statistics.median(len(r) for r in runs):4.0f} steps"]
@@ -245,11 +266,11 @@ def _sources(src: str):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workload", choices=["decode", "fewshot"], default="decode")
+    ap.add_argument("--workload", choices=["decode", *SHAPES], default="decode")
     ap.add_argument("--kvcm-versions", nargs="+", default=["v1", "v2"])
     ap.add_argument("--batches", nargs="+", type=int, default=[256, 1], help="decode: batch sizes")
-    ap.add_argument("--requests", type=int, default=1319, help="fewshot: requests a run")
-    ap.add_argument("--new-tokens", type=int, default=128, help="decode: tokens each; fewshot: at most")
+    ap.add_argument("--requests", type=int, default=1319, help="fewshot, chat: requests a run")
+    ap.add_argument("--new-tokens", type=int, default=128, help="decode: tokens each; fewshot, chat: at most")
     ap.add_argument("--skip", type=int, default=8, help="decode: steps left out at each end of a run (default: 8)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0, metavar="N")
@@ -257,13 +278,13 @@ def main(argv=None) -> int:
     ap.add_argument("--src", default=str(HERE.parents[1]), help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    fewshot = args.workload == "fewshot"
-    if not fewshot and args.new_tokens < 2 * args.skip + 4:
+    mixed = args.workload in SHAPES
+    if not mixed and args.new_tokens < 2 * args.skip + 4:
         ap.error(f"--new-tokens={args.new_tokens} leaves no steady steps after --skip={args.skip} at each end")
-    if fewshot and args.requests < 1:
+    if mixed and args.requests < 1:
         ap.error(f"--requests={args.requests} must be at least 1")
     _sources(args.src)
-    configs = [(v, r) for r in ("no-reuse", "reuse") for v in args.kvcm_versions] if fewshot else \
+    configs = [(v, r) for r in ("no-reuse", "reuse") for v in args.kvcm_versions] if mixed else \
         [(v, b) for b in args.batches for v in args.kvcm_versions]
     opts = dict(new_tokens=args.new_tokens, skip=args.skip, profile=args.profile, workload=args.workload,
                 requests=args.requests)
@@ -284,12 +305,12 @@ def main(argv=None) -> int:
                                                 env={**os.environ, "PYTHONPATH": src}).stdout)
                 for key, r in one.items():
                     res[name].setdefault(key, {"steps": []})["steps"] += r["steps"]
-    if fewshot:
-        print(f"host work of a few-shot run ({args.requests} requests), µs a step: median of {args.repeat} runs")
+    if mixed:
+        print(f"host work of a {args.workload} run ({args.requests} requests), µs a step: median of {args.repeat} runs")
         for key in res["this"]:
             for name in ("against", "this") if "against" in res else ("this",):
                 label = f"{key} ({name})" if "against" in res else key
-                print(f"  {label:>24}: {_fewshot_figure(res[name][key]['steps'])}")
+                print(f"  {label:>24}: {_mixed_figure(res[name][key]['steps'])}")
             if "profile" in res["this"][key]:
                 print(res["this"][key]["profile"])
         return 0
