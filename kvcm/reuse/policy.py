@@ -100,14 +100,14 @@ class V2Policy:
         return [g.is_full for g in groups]
 
     @staticmethod
-    def needed(group, index: int, length: int, tpb: int) -> bool:
-        lo, hi = group.stale_range(length, tpb)
-        return not lo <= index < hi
+    def skipped(group, length: int, tpb: int) -> range:
+        """The block indices a match leaves alone in ``group``, as one range (a sliding group's blocks before its
+        window)."""
+        return range(*group.stale_range(length, tpb))
 
     @staticmethod
-    def skipped(group, length: int, tpb: int) -> range:
-        """The block indices ``needed`` says no to, as one range (a sliding group's blocks before its window)."""
-        return range(*group.stale_range(length, tpb))
+    def needed(group, index: int, length: int, tpb: int) -> bool:
+        return index not in V2Policy.skipped(group, length, tpb)
 
     def _group_length(self, nodes: list[Node], group, n: int, tpb: int) -> int:
         g = group.index
