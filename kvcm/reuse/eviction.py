@@ -52,7 +52,16 @@ class EvictionQueue:
         return None
 
     def compact(self, live: int) -> None:
-        """Drop entries that can no longer be chosen once they outnumber the live ones (claims leave theirs)."""
+        """Once the entries outnumber the ``live`` pages (reusable ones) by far, keep one entry per page that can
+        still be chosen. Claims leave their entries, and a claim undone (a partial copy's source, once per
+        few-shot admission) adds a second one with the same stamp: both valid, so without keeping one the heap
+        would stay above the mark and every release would scan it again."""
         if len(self._heap) > 2 * live + 64:
-            self._heap = [e for e in self._heap if self._valid(e) and e[3].refs[self.group] == 0]
-            heapq.heapify(self._heap)
+            g, seen, kept = self.group, set(), []
+            for e in self._heap:
+                node = e[3]
+                if id(node) not in seen and node.refs[g] == 0 and self._valid(e):
+                    seen.add(id(node))
+                    kept.append(e)
+            heapq.heapify(kept)
+            self._heap = kept
