@@ -86,7 +86,7 @@ class KvcmEngine:
 
     def __init__(self, model, tok, prompts, max_new, batch_size, device, *, kvcm_version="v2", cuda_graph=False,
                  fraction=0.5, overlap=True, token_buckets=None, graph_batch_sizes=None, block_reuse=True,
-                 decode_split_len=0):
+                 decode_split_len=0, max_num_tokens=8192):
         import kvcm
         from kvcm.engine import LLM
         self.max_new, self.device = max_new, torch.device(device)
@@ -97,9 +97,9 @@ class KvcmEngine:
                if self.device.type == "cuda" else
                kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=batch_size * (max_seq + 64), dtype=dtype))
         t = time.perf_counter()
-        # chunked prefill of 8192 tokens a step on CUDA; on the CPU whole prompts (the pool is sized to the batch)
+        # chunked prefill of max_num_tokens a step on CUDA; on the CPU whole prompts (the pool is sized to the batch)
         self.llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=batch_size,
-                       max_seq_len=max_seq, max_num_tokens=8192 if self.device.type == "cuda" else None,
+                       max_seq_len=max_seq, max_num_tokens=max_num_tokens if self.device.type == "cuda" else None,
                        device=device, cuda_graph=cuda_graph, overlap=overlap,
                        cuda_graph_token_buckets=token_buckets if cuda_graph else None,
                        cuda_graph_batch_sizes=graph_batch_sizes if cuda_graph else None,
@@ -210,10 +210,10 @@ def build(name, model, tok, prompts, args):
         return KvcmEngine(*common, kvcm_version=args.kvcm_version, cuda_graph=True, fraction=args.fraction,
                           overlap=not args.no_overlap, token_buckets=args.token_buckets,
                           graph_batch_sizes=args.graph_batch_sizes, block_reuse=not args.no_block_reuse,
-                          decode_split_len=args.decode_split_len)
+                          decode_split_len=args.decode_split_len, max_num_tokens=args.max_num_tokens)
     if name == "kvcm-eager":
         return KvcmEngine(*common, kvcm_version=args.kvcm_version, fraction=args.fraction, overlap=not args.no_overlap,
-                          block_reuse=not args.no_block_reuse)
+                          block_reuse=not args.no_block_reuse, max_num_tokens=args.max_num_tokens)
     if name == "hf":
         return HfGenerate(*common)
     if name == "cb":
@@ -267,6 +267,8 @@ def main(argv=None):
     ap.add_argument("--num-prompts", type=int, default=32, help="0 = every GSM8K test question")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=32, help="max batch (kvcm, generate_batch) / batch (generate)")
+    ap.add_argument("--max-num-tokens", type=int, default=8192, help="kvcm on CUDA: tokens a step (chunked "
+                    "prefill; vLLM's LLM class on an H100/H200 takes 16,384 with 1,024 sequences)")
     ap.add_argument("--gsm8k", default=os.environ.get("KVCM_GSM8K_DIR"), help="GSM8K jsonl dir (chat template)")
     ap.add_argument("--engines", default=None, help=f"comma list of {', '.join(ENGINES)} "
                     "(default: all; kvcm-graph only on CUDA)")
@@ -300,7 +302,8 @@ def main(argv=None):
     say(f"SmolLM2-135M {args.dtype} on {args.device} ({torch.cuda.get_device_name() if args.device == 'cuda' else ''}"
         f"), {len(prompts)} prompts ({'GSM8K' if args.gsm8k else 'built-in'}, chat template, mean "
         f"{sum(map(len, prompts)) / len(prompts):.0f} tokens), {args.max_new_tokens} new tokens, batch "
-        f"{args.batch_size}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+        f"{args.batch_size}, {args.max_num_tokens} tokens a step (CUDA), torch {torch.__version__}, "
+        f"threads {torch.get_num_threads()}")
     engines, times, outs, info = {}, {}, {}, {}
 
     def timed_round(name):

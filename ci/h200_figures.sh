@@ -9,6 +9,9 @@
 #               --kvcm-lane=l0_h200 --kvcm-version=both --kvcm-slow
 #   hostshare   benchmarks/throughput.py with kvcm graphs alone, twice back to back: tok/s and the host share
 #               (a median over steps) of two runs in a row
+#   wide        the hostshare run at vLLM's LLM-class defaults for an H100/H200 (1,024 sequences, 16,384 tokens a
+#               step; vllm/engine/arg_utils.py) instead of 256 and 8,192, twice back to back, then the few-shot
+#               8-shot run of kvcm V2 (no HF) at the same limits
 #   spec        benchmarks/gpu_spec.py: speculative decoding's exactness and speed against plain graph decode
 #   cutoff      benchmarks/gpu_spec.py --only speed (bf16, D = 4, both drafters) at batch 1 .. 256, always
 #               speculating and with the engine's default cut-off (spec_max_concurrency)
@@ -56,6 +59,16 @@ for part in "${parts[@]}"; do
           --max-new-tokens 256 --batch-size 256 --dtype bfloat16 --repeats 1 --engines kvcm-graph --no-reference \
           --json "$out/hostshare$run.json" 2>&1 | quiet | grep -E "kvcm-graph:|host share|steps" | tee -a "$out/hostshare.log"
       done ;;
+    wide)
+      for run in 1 2; do
+        timeout $(( budget / 3 )) python3 benchmarks/throughput.py --gsm8k "$KVCM_GSM8K_DIR" --num-prompts 0 \
+          --max-new-tokens 256 --batch-size 1024 --max-num-tokens 16384 --dtype bfloat16 --repeats 1 \
+          --engines kvcm-graph --no-reference --json "$out/wide$run.json" 2>&1 | quiet \
+          | grep -E "kvcm-graph:|host share|steps" | tee -a "$out/wide.log"
+      done
+      timeout $(( budget / 3 )) python3 benchmarks/fewshot.py --model smollm2 --shots 8 --num-prompts 0 \
+        --kvcm-versions v2 --dtype bfloat16 --batch-size 1024 --max-num-tokens 16384 --no-hf --profile \
+        --json "$out/fewshot_wide.json" 2>&1 | quiet | tee -a "$out/wide.log" ;;
     cutoff)
       timeout "$budget" python3 benchmarks/gpu_spec.py --only speed --dtype bfloat16 --drafts 4 \
         --batches 1 8 16 32 64 256 --cutoffs none default --repeats 1 --token-buckets 16 64 256 1024 \
@@ -87,7 +100,7 @@ for part in "${parts[@]}"; do
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model gemma-3-270m --shots 5 --num-prompts 0 \
         --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/gemma_fewshot.json" 2>&1 | quiet \
         | tee "$out/gemma_fewshot.log" ;;
-    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, lane, spec, cutoff, reuse, split, drift, gemma)" >&2
+    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, wide, lane, spec, cutoff, reuse, split, drift, gemma)" >&2
        exit 2 ;;
   esac
 done
