@@ -21,6 +21,10 @@ Two workloads:
 * ``chat``: the same for the full-GSM8K throughput run's shape: a 30-token shared chat template, then a question
   of 50-190 tokens; answers end at 1 in 300 tokens, so most run to ``--new-tokens`` (256 there).
 
+``--same-prompts`` gives a mixed workload's every run the same prompts, as ``throughput.py``'s rounds and a
+server's repeated requests do, and runs them all in one process: the runs' totals, printed in order, must not
+grow with the runs before them (reuse's books are kept across them).
+
 ``--against DIR`` runs the same measurement on another checkout (e.g. a ``git worktree`` of an older commit) in
 a subprocess, interleaved with this one, and prints both with the change: a before/after from one invocation.
 ``--profile N`` prints the ``N`` costliest functions (cProfile, own time) of one run per configuration.
@@ -30,6 +34,7 @@ a subprocess, interleaved with this one, and prints both with the change: a befo
     python benchmarks/host_step.py --kvcm-versions v2 --batches 256 --profile 25
     python benchmarks/host_step.py --workload fewshot --kvcm-versions v1 v2 --repeat 3
     python benchmarks/host_step.py --workload chat --kvcm-versions v2 --new-tokens 256 --repeat 3
+    python benchmarks/host_step.py --workload fewshot --kvcm-versions v2 --repeat 6 --same-prompts
 """
 from __future__ import annotations
 
@@ -182,10 +187,10 @@ class Bench:
 class MixedBench:
     """One engine per (kvcm_version, reuse) for a workload ``Shape``, built once."""
 
-    def __init__(self, shape: Shape, kvcm_version: str, reuse: str, requests: int, n2: int):
+    def __init__(self, shape: Shape, kvcm_version: str, reuse: str, requests: int, n2: int, same: bool = False):
         import kvcm
         from kvcm.engine.cuda_graph import default_token_buckets
-        self.shape, self.requests, self.n2, self.runs = shape, requests, n2, 1
+        self.shape, self.requests, self.n2, self.runs, self.same = shape, requests, n2, 1, same
         max_seq = shape.prefix + shape.question[1] + n2 + 8
         cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=256 * max_seq, dtype="float32",
                                  enable_block_reuse=reuse == "reuse")
@@ -199,18 +204,18 @@ class MixedBench:
         # every run has a prefix of its own, so it starts with nothing of it cached and its first requests compute
         # it (not LLM.reset_prefix_cache: an older checkout measured with --against may not have it)
         self.runs += 1
-        prompts = _shaped_prompts(self.shape, self.requests, seed=self.runs)
+        prompts = _shaped_prompts(self.shape, self.requests, seed=2 if self.same else self.runs)
         starts = _launch_times(self.llm, lambda: self.llm.generate(prompts, SamplingParams(max_new_tokens=self.n2)))
         return [((b - a) * 1e6, kind) for (a, kind), (b, _) in zip(starts, starts[1:])]
 
 
 def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 0, workload: str = "decode",
-            requests: int = 1319) -> dict:
+            requests: int = 1319, same_prompts: bool = False) -> dict:
     shape = SHAPES.get(workload)
     mixed = shape is not None
     _no_forward(shape.eos_every if mixed else None)
     if mixed:
-        benches = {key: MixedBench(shape, *key, requests, new_tokens) for key in configs}
+        benches = {key: MixedBench(shape, *key, requests, new_tokens, same_prompts) for key in configs}
         for b in benches.values():
             b.llm.generate(_shaped_prompts(shape, 4, seed=1), {"max_new_tokens": 4})     # warm
         run = lambda b: b.steps()                                       # noqa: E731
@@ -241,7 +246,7 @@ def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 
 
 def _mixed_figure(runs: list[list[tuple[float, str]]]) -> str:
     """Per run the host's total; over the runs' steps of each kind the median, and the slowest step."""
-    total = statistics.median(sum(us for us, _ in r) for r in runs) / 1e3
+    total = statistics.median(_totals_ms(runs))
     parts = [f"{total:6.0f} ms a run, {statistics.median(len(r) for r in runs):4.0f} steps"]
     for kind in ("decode", "mixed", "eager", "step"):
         us = [t for r in runs for t, k in r if k == kind]
@@ -249,6 +254,10 @@ def _mixed_figure(runs: list[list[tuple[float, str]]]) -> str:
             parts.append(f"{kind} {len(us) // len(runs)} x {statistics.median(us):5.0f} us")
     parts.append(f"slowest {max(t for r in runs for t, _ in r) / 1e3:5.1f} ms")
     return ", ".join(parts)
+
+
+def _totals_ms(runs: list[list[tuple[float, str]]]) -> list[float]:
+    return [sum(us for us, _ in r) / 1e3 for r in runs]
 
 
 def _p10(steps: list[float]) -> float:
@@ -274,6 +283,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", type=int, default=8, help="decode: steps left out at each end of a run (default: 8)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0, metavar="N")
+    ap.add_argument("--same-prompts", action="store_true", help="fewshot, chat: every run the same prompts, all "
+                    "runs in one process; prints each run's total in order")
     ap.add_argument("--against", metavar="DIR", help="another checkout to measure beside this one")
     ap.add_argument("--src", default=str(HERE.parents[1]), help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
@@ -286,8 +297,10 @@ def main(argv=None) -> int:
     _sources(args.src)
     configs = [(v, r) for r in ("no-reuse", "reuse") for v in args.kvcm_versions] if mixed else \
         [(v, b) for b in args.batches for v in args.kvcm_versions]
+    if args.same_prompts and not mixed:
+        ap.error("--same-prompts is for the fewshot and chat workloads")
     opts = dict(new_tokens=args.new_tokens, skip=args.skip, profile=args.profile, workload=args.workload,
-                requests=args.requests)
+                requests=args.requests, same_prompts=args.same_prompts)
     if args.json:   # one repeat of a measurement driven by another invocation
         print(json.dumps(measure(configs, repeat=args.repeat, **opts)))
         return 0
@@ -295,12 +308,14 @@ def main(argv=None) -> int:
         res = {"this": measure(configs, repeat=args.repeat, **opts)}
     else:   # alternate the two checkouts run by run, each in its own process
         res = {"this": {}, "against": {}}
-        for _ in range(args.repeat):
+        # one run a process, alternating; a soak (--same-prompts) keeps every run of a checkout in one process
+        rounds, per = (1, args.repeat) if args.same_prompts else (args.repeat, 1)
+        for _ in range(rounds):
             for name, src in (("against", args.against), ("this", args.src)):
-                cmd = [sys.executable, str(HERE), "--src", src, "--json", "--repeat", "1", "--new-tokens",
+                cmd = [sys.executable, str(HERE), "--src", src, "--json", "--repeat", str(per), "--new-tokens",
                        str(args.new_tokens), "--skip", str(args.skip), "--kvcm-versions", *args.kvcm_versions,
                        "--batches", *map(str, args.batches), "--workload", args.workload, "--requests",
-                       str(args.requests)]
+                       str(args.requests)] + (["--same-prompts"] if args.same_prompts else [])
                 one = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                                 env={**os.environ, "PYTHONPATH": src}).stdout)
                 for key, r in one.items():
@@ -311,6 +326,9 @@ def main(argv=None) -> int:
             for name in ("against", "this") if "against" in res else ("this",):
                 label = f"{key} ({name})" if "against" in res else key
                 print(f"  {label:>24}: {_mixed_figure(res[name][key]['steps'])}")
+                if args.same_prompts:
+                    print(f"  {'':>24}  each run, ms: "
+                          + ", ".join(f"{t:.0f}" for t in _totals_ms(res[name][key]["steps"])))
             if "profile" in res["this"][key]:
                 print(res["this"][key]["profile"])
         return 0
