@@ -19,6 +19,7 @@
 #               on all 1,319 GSM8K questions 8-shot (bf16, batch 256): HF generate, kvcm V2 and V1 with reuse
 #               off and on
 #   split       benchmarks/decode_attention.py (the decode attention kernel, whole vs split keys, batch x KV length),
+#               benchmarks/prefill_attention.py (the kernel on the benchmarks' prefill steps, by query tile),
 #               then benchmarks/fewshot.py 8-shot with kvcm V2 alone (no HF), decode_split_len 0 and 256 in turn
 #   drift       benchmarks/kernel_drift.py: which component moves bf16 logits from fp32
 #   gemma       Gemma 3 270M: its GPU gates (suites/engine/test_gemma3_cuda.py, test_gemma3_tiny.py on CUDA) and
@@ -81,6 +82,7 @@ for part in "${parts[@]}"; do
         | quiet | tee "$out/fewshot.log" ;;
     split)
       timeout 150 python3 benchmarks/decode_attention.py 2>&1 | tee "$out/decode_attention.log"
+      timeout 90 python3 benchmarks/prefill_attention.py 2>&1 | tee "$out/prefill_attention.log"
       for split in 0 256; do
         timeout $(( budget / 3 )) python3 benchmarks/fewshot.py --model smollm2 --shots 8 --num-prompts 0 \
           --kvcm-versions v2 --dtype bfloat16 --batch-size 256 --no-hf --profile --decode-split-len $split \

@@ -49,10 +49,17 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def tile_shape(num_heads: int, num_kv_heads: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_Q): rows of a program's query tile and the query tokens they cover (REP heads each)."""
+def tile_shape(num_heads: int, num_kv_heads: int, block_m: int | None = None) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_Q): rows of a program's query tile and the query tokens they cover (REP heads each).
+    ``block_m`` None takes the least tile (16 rows, or the next power of two of REP); a larger one lets more of
+    a prefill chunk's query tokens share each key tile a program reads."""
     rep = num_heads // num_kv_heads
-    block_m = max(16, _next_pow2(rep))
+    least = max(16, _next_pow2(rep))
+    if block_m is None:
+        block_m = least
+    elif block_m < least or block_m & (block_m - 1):
+        raise ValueError(f"block_m={block_m} must be a power of two >= {least} (16, and the {rep} query heads of "
+                         "a KV head)")
     return block_m, max(1, block_m // rep)
 
 
@@ -225,7 +232,7 @@ def num_splits(width: int, tpb: int, split_len: int) -> int:
 
 def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                     query_start: torch.Tensor, *, scale: float, window: int | None, tpb: int,
-                    split_len: int = 0) -> torch.Tensor:
+                    split_len: int = 0, block_m: int | None = None) -> torch.Tensor:
     """``q`` ``[T, H, D]`` (last dim dense) -> ``[T, H, D]`` over the pages ``kv`` (layout as ``store_kv``).
 
     ``block_table`` ``[S, W]`` (-1 = no page), ``seq_lens`` ``[S]`` KV lengths after this step's tokens,
@@ -236,6 +243,9 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
     positions, one program each, and a second launch combines their softmaxes (flash-decoding): a decode's one
     query block then reads a long KV in parallel rather than tile after tile in one program. The number of
     shares depends only on the table's width, so the launch shape stays graph-safe.
+
+    ``block_m`` (``tile_shape``): the rows of a program's query tile. With SmolLM2's 3 query heads a KV head, the
+    least tile (16 rows) covers 5 query tokens, so a prefill chunk reads each key tile once per 5 of its tokens.
     """
     t, heads, d = q.shape
     kvh = kv.shape[3]
@@ -245,7 +255,7 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
         return out
     if split_len % TILE_N or split_len < 0:
         raise ValueError(f"split_len={split_len} must be 0 or a positive multiple of {TILE_N}")
-    block_m, block_q = tile_shape(heads, kvh)
+    block_m, block_q = tile_shape(heads, kvh, block_m)
     d_pad = max(16, _next_pow2(d))
     programs = num_programs(t, num_seqs, block_q)
     splits = num_splits(block_table.shape[1], tpb, split_len)

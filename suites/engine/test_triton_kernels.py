@@ -136,6 +136,22 @@ def test_split_keys_give_the_unsplit_attention(device, heads, kv_heads, dim, tpb
         triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, split_len=20)
 
 
+@pytest.mark.parametrize("heads,kv_heads,dim,tpb,window,block_m", [(9, 3, 64, 32, None, 32), (9, 3, 64, 8, 20, 64),
+                                                                    (4, 2, 16, 8, 16, 128)])
+def test_a_larger_query_tile_gives_the_same_attention(device, heads, kv_heads, dim, tpb, window, block_m):
+    """``block_m``: more of a prefill chunk's query tokens a program (10, 21 or 64 here, against 5 or 8). The
+    chunks of 13 and 7 queries then fit one program, and the decode rows leave most of their tile empty."""
+    (q, kv, table, lens, starts, scale), ref = _case(heads, kv_heads, dim, tpb, window)
+    args = (q.to(device), kv.to(device), table.to(device), lens.to(device), starts.to(device))
+    whole = triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb).cpu()
+    wide = triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, block_m=block_m).cpu()
+    torch.testing.assert_close(wide.double(), ref, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(wide, whole, atol=2e-6, rtol=1e-5)
+    for bad in (8, 48):
+        with pytest.raises(ValueError, match=f"block_m={bad} must be a power of two >= 16"):
+            triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, block_m=bad)
+
+
 def test_store_kv_writes_each_token_at_its_slot(device):
     g = torch.Generator().manual_seed(1)
     kv = torch.randn(10, 2, 8, 3, 64, generator=g)
