@@ -96,7 +96,8 @@ def run_kvcm(model, tok, prompts, args, version: str, reuse: bool) -> dict:
     t = time.perf_counter()
     llm = LLM(model, tok, kvcm_version=version, kv_cache_config=cfg, max_batch_size=args.batch_size,
               max_seq_len=max_seq, max_num_tokens=args.max_num_tokens, device=args.device, cuda_graph=cuda,
-              enable_block_reuse=reuse, decode_split_len=args.decode_split_len)
+              enable_block_reuse=reuse, decode_split_len=args.decode_split_len,
+              prefill_block_m=args.prefill_block_m)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, stop_strings=STOP)
     # warm up, then drop what the warm-up cached: the timed run starts with nothing cached
     warm = [int(t) for t in tok("The warm-up run of this engine.", add_special_tokens=False).input_ids]
@@ -181,6 +182,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-hf", action="store_true", help="leave Hugging Face generate out")
     ap.add_argument("--decode-split-len", type=int, default=0, help="the kvcm engines' decode attention reads keys "
                     "in shares of this many positions (LLM(decode_split_len=...); 0: off)")
+    ap.add_argument("--prefill-block-m", type=int, default=None, help="the kvcm engines' attention kernel takes "
+                    "this many query rows a program on steps that carry prefill (LLM(prefill_block_m=...); "
+                    "default: its least tile)")
     ap.add_argument("--profile", action="store_true", help="CUDA: record the timed runs' step timelines and print "
                                                           "each one's host share and GPU time (step_profile.py)")
     ap.add_argument("--json", default=None)

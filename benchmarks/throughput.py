@@ -86,7 +86,7 @@ class KvcmEngine:
 
     def __init__(self, model, tok, prompts, max_new, batch_size, device, *, kvcm_version="v2", cuda_graph=False,
                  fraction=0.5, overlap=True, token_buckets=None, graph_batch_sizes=None, block_reuse=True,
-                 decode_split_len=0, max_num_tokens=8192):
+                 decode_split_len=0, max_num_tokens=8192, prefill_block_m=None):
         import kvcm
         from kvcm.engine import LLM
         self.max_new, self.device = max_new, torch.device(device)
@@ -103,7 +103,8 @@ class KvcmEngine:
                        device=device, cuda_graph=cuda_graph, overlap=overlap,
                        cuda_graph_token_buckets=token_buckets if cuda_graph else None,
                        cuda_graph_batch_sizes=graph_batch_sizes if cuda_graph else None,
-                       enable_block_reuse=block_reuse, decode_split_len=decode_split_len)
+                       enable_block_reuse=block_reuse, decode_split_len=decode_split_len,
+                       prefill_block_m=prefill_block_m)
         self.llm.generate(prompts[:2], self._params(4))
         sync(device)
         self.setup_s = time.perf_counter() - t
@@ -210,7 +211,8 @@ def build(name, model, tok, prompts, args):
         return KvcmEngine(*common, kvcm_version=args.kvcm_version, cuda_graph=True, fraction=args.fraction,
                           overlap=not args.no_overlap, token_buckets=args.token_buckets,
                           graph_batch_sizes=args.graph_batch_sizes, block_reuse=not args.no_block_reuse,
-                          decode_split_len=args.decode_split_len, max_num_tokens=args.max_num_tokens)
+                          decode_split_len=args.decode_split_len, max_num_tokens=args.max_num_tokens,
+                          prefill_block_m=args.prefill_block_m)
     if name == "kvcm-eager":
         return KvcmEngine(*common, kvcm_version=args.kvcm_version, fraction=args.fraction, overlap=not args.no_overlap,
                           block_reuse=not args.no_block_reuse, max_num_tokens=args.max_num_tokens)
@@ -287,6 +289,8 @@ def main(argv=None):
                     "default, as in the engines it models)")
     ap.add_argument("--decode-split-len", type=int, default=0, help="kvcm-graph's decode attention reads keys in "
                     "shares of this many positions (LLM(decode_split_len=...); 0: off)")
+    ap.add_argument("--prefill-block-m", type=int, default=None, help="kvcm-graph's attention kernel takes this "
+                    "many query rows a program on steps that carry prefill (LLM(prefill_block_m=...))")
     ap.add_argument("--graph-batch-sizes", type=int, nargs="+", default=None,
                     help="kvcm-graph's decode graph batch sizes (default: the engine's, 1, 2, 4 .. batch)")
     args = ap.parse_args(argv)

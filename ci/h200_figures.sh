@@ -20,7 +20,8 @@
 #               off and on
 #   split       benchmarks/decode_attention.py (the decode attention kernel, whole vs split keys, batch x KV length),
 #               benchmarks/prefill_attention.py (the kernel on the benchmarks' prefill steps, by query tile),
-#               then benchmarks/fewshot.py 8-shot with kvcm V2 alone (no HF), decode_split_len 0 and 256 in turn
+#               then benchmarks/fewshot.py 8-shot with kvcm V2 alone (no HF): as it is, decode_split_len 256, and
+#               prefill_block_m 64
 #   drift       benchmarks/kernel_drift.py: which component moves bf16 logits from fp32
 #   gemma       Gemma 3 270M: its GPU gates (suites/engine/test_gemma3_cuda.py, test_gemma3_tiny.py on CUDA) and
 #               benchmarks/fewshot.py on all 1,319 GSM8K questions 5-shot (bf16, batch 256): HF generate, then kvcm
@@ -81,12 +82,16 @@ for part in "${parts[@]}"; do
         --num-prompts 0 --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --profile --json "$out/fewshot.json" 2>&1 \
         | quiet | tee "$out/fewshot.log" ;;
     split)
-      timeout 150 python3 benchmarks/decode_attention.py 2>&1 | tee "$out/decode_attention.log"
-      timeout 90 python3 benchmarks/prefill_attention.py 2>&1 | tee "$out/prefill_attention.log"
-      for split in 0 256; do
-        timeout $(( budget / 3 )) python3 benchmarks/fewshot.py --model smollm2 --shots 8 --num-prompts 0 \
-          --kvcm-versions v2 --dtype bfloat16 --batch-size 256 --no-hf --profile --decode-split-len $split \
-          --json "$out/fewshot_split$split.json" 2>&1 | quiet | tee -a "$out/fewshot_split.log"
+      timeout 120 python3 benchmarks/decode_attention.py 2>&1 | tee "$out/decode_attention.log"
+      timeout 80 python3 benchmarks/prefill_attention.py 2>&1 | tee "$out/prefill_attention.log"
+      n=0
+      for opt in "--decode-split-len 0" "--decode-split-len 256" "--prefill-block-m 64"; do
+        n=$(( n + 1 ))
+        echo "== fewshot.py $opt (fewshot_split$n.json)" | tee -a "$out/fewshot_split.log"
+        # shellcheck disable=SC2086  # $opt is a flag and its value
+        timeout $(( budget / 5 )) python3 benchmarks/fewshot.py --model smollm2 --shots 8 --num-prompts 0 \
+          --kvcm-versions v2 --dtype bfloat16 --batch-size 256 --no-hf --profile $opt \
+          --json "$out/fewshot_split$n.json" 2>&1 | quiet | tee -a "$out/fewshot_split.log"
       done ;;
     spec)
       timeout "$budget" python3 benchmarks/gpu_spec.py --json "$out/gpu_spec.json" 2>&1 | quiet \

@@ -33,6 +33,15 @@ from . import triton_attention
 NAME = "kvcm_paged"
 
 
+@dataclass(frozen=True)
+class KernelOptions:
+    """How the Triton kernel tiles a step, one bundle from ``LLM`` to every cache's runner (the torch reference
+    ignores it): ``decode_split_len`` splits a decode-only step's keys into shares of that many positions (0:
+    whole), ``prefill_block_m`` is the query rows a program on every other step (None: the least tile)."""
+    decode_split_len: int = 0
+    prefill_block_m: int | None = None
+
+
 @dataclass
 class GroupMeta:
     """One layer group's view of the step."""
@@ -56,6 +65,7 @@ class AttentionContext:
     uniform_q_len: int = 1
     use_kernel: bool = False           # Triton kernels (CUDA) rather than the torch reference
     split_len: int = 0                 # the kernel reads each query block's keys in shares of this many (0: whole)
+    block_m: int | None = None         # the kernel's query rows a program (None: its least tile)
     cache: dict = field(default_factory=dict)     # masks shared by the layers of a group
 
 
@@ -185,7 +195,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         triton_attention.store_kv(kv, k_new, v_new, meta.slot_block, meta.slot_offset)
         out = triton_attention.paged_attention(q, kv, meta.block_table, ctx.seq_lens, ctx.query_start,
                                                scale=scale, window=window, tpb=ctx.tokens_per_block,
-                                               split_len=ctx.split_len)
+                                               split_len=ctx.split_len, block_m=ctx.block_m)
     else:
         kv[:, 0].index_put_((meta.slot_block, meta.slot_offset), k_new.to(kv.dtype))
         kv[:, 1].index_put_((meta.slot_block, meta.slot_offset), v_new.to(kv.dtype))

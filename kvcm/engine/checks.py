@@ -58,7 +58,8 @@ def check_tokenizer(tokenizer) -> None:
 
 
 def check_engine_options(model, *, max_seq_len, overlap, trace, cuda_graph, graph_capture,
-                         cuda_graph_batch_sizes, cuda_graph_token_buckets, decode_split_len=0) -> None:
+                         cuda_graph_batch_sizes, cuda_graph_token_buckets, decode_split_len=0,
+                         prefill_block_m=None) -> None:
     """The ``LLM`` keywords ``Limits`` does not own: flags are bools, size lists hold positive integers, and
     ``max_seq_len`` fits the model's positions (past them the rotary tables give garbage, silently)."""
     for name, value in (("overlap", overlap), ("trace", trace), ("cuda_graph", cuda_graph)):
@@ -74,6 +75,18 @@ def check_engine_options(model, *, max_seq_len, overlap, trace, cuda_graph, grap
     if validation.count("decode_split_len", decode_split_len) % tile:
         raise ConfigError("decode_split_len", decode_split_len, f"must be 0 (off) or a multiple of {tile} (the "
                                                                 "attention kernel's key tile)")
+    if prefill_block_m is not None:
+        cfg = model.config
+        heads = cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        if type(prefill_block_m) is not int:
+            raise ConfigError("prefill_block_m", prefill_block_m, "must be None (the kernel's least tile) or an "
+                                                                  f"integer, not {type(prefill_block_m).__name__}")
+        try:
+            triton_attention.tile_shape(heads, kv_heads, prefill_block_m)
+        except ValueError as exc:        # the kernel's own rule, in its words
+            raise ConfigError("prefill_block_m", prefill_block_m, "must be None (the kernel's least tile) or "
+                              + str(exc).split(" must be ", 1)[1]) from None
 
 
 def check_positions(field: str, length, model, what: str = "the model's") -> None:

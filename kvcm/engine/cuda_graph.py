@@ -30,6 +30,7 @@ from ..estimation import engine_estimation_config, estimate
 from ..units import ceil_div
 from ..warmup import plan_warmup
 from . import sampler
+from .attention import KernelOptions
 from .batch import StepBuffers
 from .runner import ModelRunner, StepItem
 
@@ -277,7 +278,7 @@ def _warm_eagerly(model, device, plan: GraphPlan):
 
 
 def build_cache(model, device, make_manager, kv_cache_config, plan: GraphPlan | None, *, max_seq_len: int,
-                manager=None, tracer=None, decode_split_len: int = 0) -> EngineCache:
+                manager=None, tracer=None, kernel: KernelOptions = KernelOptions()) -> EngineCache:
     """One model's cache, one way: with a graph plan (and no ready ``manager``) warm up on the estimation
     cache (``kvcm.estimation.estimate``) and free it; then the final manager ``make_manager(kv_cache_config)``,
     its runner, and with a plan its graphs. Target and draft caches are built the same way."""
@@ -288,7 +289,7 @@ def build_cache(model, device, make_manager, kv_cache_config, plan: GraphPlan | 
         reports.append(report)
     if manager is None:
         manager = make_manager(seams.final_cache_config(kv_cache_config, described, reports[0] if reports else None))
-    runner = ModelRunner(model, manager, device, tracer, decode_split_len)
+    runner = ModelRunner(model, manager, device, tracer, kernel)
     graphs = None
     if plan is not None:
         graphs, final = setup_cuda_graphs(runner, plan)

@@ -20,6 +20,7 @@ from ..units import human_bytes
 from .. import draft_budget
 from ..errors import ConfigError
 from . import checks
+from .attention import KernelOptions
 from .cuda_graph import GraphPlan, build_cache
 from .drafters import ModelDrafter, NgramDrafter
 from . import page_usage as _page_usage
@@ -87,7 +88,7 @@ class LLM:
                  overlap: bool = True, drafter=None, draft_kvcm_version: str | None = None,
                  draft_kv_cache_config=None, enable_block_reuse: bool | None = None,
                  spec_max_concurrency: int | None = spec_cutoff.DEFAULT_SPEC_MAX_CONCURRENCY,
-                 decode_split_len: int = 0):
+                 decode_split_len: int = 0, prefill_block_m: int | None = None):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
         (eagerly) on the CPU unless ``graph_capture`` says otherwise. ``overlap``: schedule and launch each
@@ -111,6 +112,9 @@ class LLM:
         ``decode_split_len``: on the Triton kernels, a decode step's attention reads each sequence's keys in shares
         of this many positions, one program each, and combines them (flash-decoding; a multiple of 32; 0, the
         default, reads a sequence's keys in one program): long contexts at small batches read in parallel.
+        ``prefill_block_m``: the kernel's query rows a program on every other step (a power of two up to 128;
+        None, the default, takes its least tile, 16 rows): more of a prefill chunk's tokens share each key tile
+        read. Both become one ``KernelOptions``, passed down to every cache's runner.
 
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
         ``draft_kvcm_version=``.
@@ -122,7 +126,8 @@ class LLM:
                                     cuda_graph=cuda_graph, graph_capture=graph_capture,
                                     cuda_graph_batch_sizes=cuda_graph_batch_sizes,
                                     cuda_graph_token_buckets=cuda_graph_token_buckets,
-                                    decode_split_len=decode_split_len)
+                                    decode_split_len=decode_split_len, prefill_block_m=prefill_block_m)
+        kernel = KernelOptions(decode_split_len, prefill_block_m)
         checks.check_drafter(drafter, max_draft_len, model)
         self.spec_max_concurrency = spec_max_concurrency
         self.model = model.to(device).eval()
@@ -152,8 +157,7 @@ class LLM:
         self.tracer = Tracer() if trace else None
         target = build_cache(self.model, self.device, self._factory(kvcm_version, self.model_spec,
                                                                     max_seq_len), target_cfg, plan,
-                             max_seq_len=max_seq_len, manager=manager, tracer=self.tracer,
-                             decode_split_len=decode_split_len)
+                             max_seq_len=max_seq_len, manager=manager, tracer=self.tracer, kernel=kernel)
         self.manager, self.runner, self.graphs, self.warmup_reports = (target.manager, target.runner,
                                                                          target.graphs, target.reports)
         self.drafter, self.draft_warmup_reports = None, []
@@ -167,7 +171,7 @@ class LLM:
             draft = build_cache(draft_model, self.device,
                                 self._factory(dv, ModelSpec.from_hf_config(draft_model.config),
                                               max_seq_len + max_draft_len), draft_cfg, draft_plan,
-                                max_seq_len=max_seq_len + max_draft_len, decode_split_len=decode_split_len)
+                                max_seq_len=max_seq_len + max_draft_len, kernel=kernel)
             self.drafter = ModelDrafter(draft.runner, max_draft_len, name=f"model-{dv}", graphs=draft.graphs)
             self.draft_warmup_reports = draft.reports
         elif drafter is not None:

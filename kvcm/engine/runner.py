@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from . import attention, fused, triton_attention
-from .attention import AttentionContext, GroupMeta
+from .attention import AttentionContext, GroupMeta, KernelOptions
 from .batch import Filled, StepBuffers
 from .trace import Tracer
 
@@ -37,11 +37,11 @@ class StepItem:
 
 
 class ModelRunner:
-    def __init__(self, model, mgr, device="cpu", tracer: Tracer | None = None, decode_split_len: int = 0):
-        """``decode_split_len``: a decode step's attention kernel reads each sequence's keys in shares of this
-        many positions (``triton_attention.paged_attention``'s ``split_len``); 0 reads them in one program."""
+    def __init__(self, model, mgr, device="cpu", tracer: Tracer | None = None,
+                 kernel: KernelOptions = KernelOptions()):
+        """``kernel``: how the Triton attention kernel tiles decode and prefill steps (``KernelOptions``)."""
         self.model, self.mgr = model, mgr
-        self.decode_split_len = decode_split_len
+        self.kernel = kernel
         self.device = torch.device(device)
         self.tracer = tracer
         self.base = getattr(model, model.base_model_prefix)
@@ -97,13 +97,16 @@ class ModelRunner:
         d = buf.d
         groups = [GroupMeta(w, d[f"slot_block{g}"], d[f"slot_offset{g}"], d[f"block_table{g}"])
                   for g, w in enumerate(self.windows)]
-        # a step of decodes only (every row, a graph's padding rows too, alike): its keys may be split; a static
-        # step keeps this context, so a token bucket (first filled with padding only) never splits
+        # a step of decodes only (every row, a graph's padding rows too, alike): its keys may be split; any other
+        # step carries prefill and takes the prefill tile. A static step keeps this context, so a token bucket
+        # (first filled with padding only) never splits
         decode = filled.num_uniform == buf.num_seqs > 0
         return AttentionContext(self.layer_kv, self.group_of_layer, self.tpb, groups, d["seq_lens"],
                                 d["query_start"], buf.h["seq_lens"], buf.h["query_start"],
                                 num_uniform=filled.num_uniform, uniform_q_len=filled.uniform_q_len,
-                                use_kernel=self.use_kernel, split_len=self.decode_split_len if decode else 0)
+                                use_kernel=self.use_kernel,
+                                split_len=self.kernel.decode_split_len if decode else 0,
+                                block_m=None if decode else self.kernel.prefill_block_m)
 
     # ---- forward ---------------------------------------------------------------------------------------------
     def _trace(self, items: list[StepItem]) -> None:

@@ -30,6 +30,7 @@ except ImportError:  # the torch reference path runs everywhere; these kernels o
     triton = tl = None
 
 TILE_N = 32                      # key positions per inner step (>= 16 for tl.dot)
+MAX_BLOCK_M = 128                # query rows a program at most (its accumulator: rows x head dim in fp32)
 NO_WINDOW = 1 << 30              # full attention: a window longer than any sequence
 
 
@@ -57,9 +58,9 @@ def tile_shape(num_heads: int, num_kv_heads: int, block_m: int | None = None) ->
     least = max(16, _next_pow2(rep))
     if block_m is None:
         block_m = least
-    elif block_m < least or block_m & (block_m - 1):
-        raise ValueError(f"block_m={block_m} must be a power of two >= {least} (16, and the {rep} query heads of "
-                         "a KV head)")
+    elif not least <= block_m <= MAX_BLOCK_M or block_m & (block_m - 1):
+        raise ValueError(f"block_m={block_m} must be a power of two from {least} (16, and the {rep} query heads of "
+                         f"a KV head) to {MAX_BLOCK_M}")
     return block_m, max(1, block_m // rep)
 
 

@@ -147,8 +147,8 @@ def test_a_larger_query_tile_gives_the_same_attention(device, heads, kv_heads, d
     wide = triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, block_m=block_m).cpu()
     torch.testing.assert_close(wide.double(), ref, atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(wide, whole, atol=2e-6, rtol=1e-5)
-    for bad in (8, 48):
-        with pytest.raises(ValueError, match=f"block_m={bad} must be a power of two >= 16"):
+    for bad in (8, 48, 256):
+        with pytest.raises(ValueError, match=f"block_m={bad} must be a power of two from 16 .* to 128"):
             triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, block_m=bad)
 
 
@@ -184,19 +184,21 @@ def test_engine_on_the_kernels_matches_hf_generate(device, arch, kvcm_version):
     assert static.graphs.num_bucket_replays > 0 and static.graphs.num_replays > static.graphs.num_bucket_replays
 
 
-def test_engine_with_split_decode_keys_matches_hf_generate(device):
-    """``LLM(decode_split_len=...)``: decode steps (eager and graphs) read their keys in shares of 32 positions
-    (max_seq_len 64: two shares); mixed steps and token buckets do not split. HF generate's tokens either way."""
+def test_engine_with_its_kernel_options_matches_hf_generate(device):
+    """``LLM(decode_split_len=..., prefill_block_m=...)``: decode steps (eager and graphs) read their keys in
+    shares of 32 positions (max_seq_len 64: two shares) at the least tile; mixed steps and token buckets do not
+    split and take 64 query rows a program (32 tokens of the tiny model's 2 query heads a KV head: a prompt's
+    whole chunk). HF generate's tokens either way."""
     model, _ = tiny_model("llama", seed=5, device=device)
     prompts = random_prompts(11, [5, 21, 9])
     params = SamplingParams(max_new_tokens=14, ignore_eos=True)
     ref = [r.token_ids for r in hf_generate(model, prompts, 14, eos_token_id=[])]
     llm = LLM(model, max_batch_size=2, max_seq_len=64, max_num_tokens=16, device=device, cuda_graph=True,
-              cuda_graph_batch_sizes=[1, 2], cuda_graph_token_buckets=[16], decode_split_len=32,
+              cuda_graph_batch_sizes=[1, 2], cuda_graph_token_buckets=[16], decode_split_len=32, prefill_block_m=64,
               kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=512, dtype="float32"))
     assert [o.token_ids for o in llm.generate(prompts, params)] == ref
-    assert {s.ctx.split_len for s in llm.graphs.shapes.values()} == {32}
-    assert {s.ctx.split_len for s in llm.graphs.buckets.values()} == {0}
+    assert {(s.ctx.split_len, s.ctx.block_m) for s in llm.graphs.shapes.values()} == {(32, None)}
+    assert {(s.ctx.split_len, s.ctx.block_m) for s in llm.graphs.buckets.values()} == {(0, 64)}
     assert llm.graphs.num_replays > llm.graphs.num_bucket_replays > 0
 
 
