@@ -52,6 +52,33 @@ def time_ms(fn, iters: int) -> float:
     return start.elapsed_time(end) / iters
 
 
+def header(script: str, what: str, columns: str, label: str, values: list) -> None:
+    """Exit unless CUDA is here; then the table's title (ratios to the first of ``values``) and column heads."""
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script} times the Triton kernel on CUDA; no CUDA device here")
+    print(f"{torch.cuda.get_device_name()}: paged attention per {what}, bf16, {HEADS}/{KV_HEADS} heads, {DIM} dims, "
+          f"{TPB}-token pages; ms (ratio to {label} {values[0]})")
+    print(columns + " " + " ".join(f"{label + ' ' + str(v):>18}" for v in values))
+
+
+def timed_cells(inputs, keyword: str, values: list, iters: int) -> list[str]:
+    """The kernel on ``inputs`` (q, pages, table, KV lengths, query starts) with ``keyword`` set to each of
+    ``values``: its output checked against the first value's, its ms per call and its ratio to the first's."""
+    q, kv, table, lens, starts = inputs
+
+    def call(v):
+        return triton_attention.paged_attention(q, kv, table, lens, starts, scale=DIM ** -0.5, window=None, tpb=TPB,
+                                                **{keyword: v})
+    first = call(values[0])
+    cells = []
+    for v in values:
+        torch.testing.assert_close(call(v), first, atol=2e-2, rtol=2e-2)
+        ms = time_ms(lambda: call(v), iters)
+        base = ms if v == values[0] else base
+        cells.append(f"{ms:8.4f} ({ms / base:4.2f}x)")
+    return cells
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 256])
@@ -63,25 +90,10 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"--split-lens {bad[0]}: must be 0 or a positive multiple of {triton_attention.TILE_N}")
     args.split_lens = sorted(set(args.split_lens) | {0})      # 0 first: the others' ratios are to it
-    if not torch.cuda.is_available():
-        raise SystemExit("decode_attention.py times the Triton kernel on CUDA; no CUDA device here")
-    print(f"{torch.cuda.get_device_name()}: paged attention per decode call, bf16, {HEADS}/{KV_HEADS} heads, "
-          f"{DIM} dims, {TPB}-token pages; ms (ratio to split_len 0)")
-    print(f"{'batch':>6} {'kv_len':>7} " + " ".join(f"{'split ' + str(s):>18}" for s in args.split_lens))
+    header("decode_attention.py", "decode call", f"{'batch':>6} {'kv_len':>7}", "split", args.split_lens)
     for batch in args.batches:
         for kv_len in args.kv_lens:
-            q, kv, table, lens, starts = case(batch, kv_len, "cuda")
-
-            def call(split_len):
-                return triton_attention.paged_attention(q, kv, table, lens, starts, scale=DIM ** -0.5, window=None,
-                                                        tpb=TPB, split_len=split_len)
-            whole = call(0)
-            cells = []
-            for s in args.split_lens:
-                torch.testing.assert_close(call(s), whole, atol=2e-2, rtol=2e-2)
-                ms = time_ms(lambda: call(s), args.iters)
-                base = ms if s == 0 else base
-                cells.append(f"{ms:8.4f} ({ms / base:4.2f}x)")
+            cells = timed_cells(case(batch, kv_len, "cuda"), "split_len", args.split_lens, args.iters)
             print(f"{batch:>6} {kv_len:>7} " + " ".join(f"{c:>18}" for c in cells))
     return 0
 

@@ -28,10 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decode_attention import time_ms  # noqa: E402
+from decode_attention import DIM, HEADS, KV_HEADS, TPB, header, timed_cells  # noqa: E402
 from kvcm.engine import triton_attention  # noqa: E402
-
-HEADS, KV_HEADS, DIM, TPB = 9, 3, 64, 32
 
 STEPS = {   # name: rows of (queries, KV length after the step)
     "fewshot-reuse": [(1, 1400)] * 192 + [(65, 1381)] * 64,
@@ -72,25 +70,11 @@ def main(argv=None) -> int:
         except ValueError as exc:
             ap.error(f"--block-ms: {exc}")
     args.block_ms = sorted(set(args.block_ms) | {least})      # the least first: the others' ratios are to it
-    if not torch.cuda.is_available():
-        raise SystemExit("prefill_attention.py times the Triton kernel on CUDA; no CUDA device here")
-    print(f"{torch.cuda.get_device_name()}: paged attention per step, bf16, {HEADS}/{KV_HEADS} heads, {DIM} dims, "
-          f"{TPB}-token pages; ms (ratio to block_m {least})")
-    print(f"{'step':>14} {'tokens':>7} " + " ".join(f"{'block_m ' + str(m):>18}" for m in args.block_ms))
+    header("prefill_attention.py", "step", f"{'step':>14} {'tokens':>7}", "block_m", args.block_ms)
     for name in args.steps:
-        q, kv, table, lens, starts = step(STEPS[name], "cuda")
-
-        def call(block_m):
-            return triton_attention.paged_attention(q, kv, table, lens, starts, scale=DIM ** -0.5, window=None,
-                                                    tpb=TPB, block_m=block_m)
-        first = call(least)
-        cells = []
-        for m in args.block_ms:
-            torch.testing.assert_close(call(m), first, atol=2e-2, rtol=2e-2)
-            ms = time_ms(lambda: call(m), args.iters)
-            base = ms if m == least else base
-            cells.append(f"{ms:8.4f} ({ms / base:4.2f}x)")
-        print(f"{name:>14} {q.shape[0]:>7} " + " ".join(f"{c:>18}" for c in cells))
+        cells = timed_cells(step(STEPS[name], "cuda"), "block_m", args.block_ms, args.iters)
+        tokens = sum(q for q, _ in STEPS[name])
+        print(f"{name:>14} {tokens:>7} " + " ".join(f"{c:>18}" for c in cells))
     return 0
 
 
