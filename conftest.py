@@ -5,6 +5,9 @@ torch and kvcm are imported here, before any in-process pytester run takes its `
 pytester drops modules first imported inside a run, and importing torch a second time in one process crashes.
 """
 
+import os
+import sys
+
 import torch  # noqa: F401
 
 import kvcm
@@ -19,7 +22,11 @@ def pytest_configure(config):
     """README.md's code blocks run as tests (pytest-codeblocks, the test extra; README.md is in testpaths).
 
     Switched on here rather than by ``--codeblocks`` in addopts, so a machine without the plugin (a GPU image
-    running its lane) still parses the command line.
+    running its lane) still parses the command line. Their shell commands (``kvcm plan``) come from this
+    interpreter's environment even when it was not activated (``.venv/bin/pytest``), as its own scripts would.
     """
     if hasattr(config.option, "codeblocks"):
         config.option.codeblocks = True
+        scripts = os.path.dirname(sys.executable)
+        if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
