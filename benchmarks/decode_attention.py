@@ -70,13 +70,11 @@ def timed_cells(inputs, keyword: str, values: list, iters: int) -> list[str]:
         return triton_attention.paged_attention(q, kv, table, lens, starts, scale=DIM ** -0.5, window=None, tpb=TPB,
                                                 **{keyword: v})
     first = call(values[0])
-    cells = []
+    times = []
     for v in values:
         torch.testing.assert_close(call(v), first, atol=2e-2, rtol=2e-2)
-        ms = time_ms(lambda: call(v), iters)
-        base = ms if v == values[0] else base
-        cells.append(f"{ms:8.4f} ({ms / base:4.2f}x)")
-    return cells
+        times.append(time_ms(lambda: call(v), iters))
+    return [f"{ms:8.4f} ({ms / times[0]:4.2f}x)" for ms in times]
 
 
 def main(argv=None) -> int:

@@ -64,17 +64,7 @@ def gemma3_cache_dir(convert: bool = True) -> Path:
         target = gguf_cache.cache_root() / f"{GEMMA3_PREFIX}-{pkg.EXPECTED_SHA256[:16]}"
         if gguf_cache.complete(target) or not convert:
             return target
-    gguf = find_gemma3_gguf()
-    if gguf is None:
-        done = gguf_cache.converted(GEMMA3_PREFIX)
-        if done:
-            return done[0]
-        raise ModelNotInstalled(f"{GEMMA3_NAME} is not installed (no GGUF, no converted copy under "
-                                f"{gguf_cache.cache_root()}); install it with: {GEMMA3_INSTALL_HINT}")
-    target = gguf_cache.cache_root() / f"{GEMMA3_PREFIX}-{gguf_cache.file_digest(gguf)}"
-    if gguf_cache.complete(target) or not convert:
-        return target
-    return gguf_cache.convert(gguf, target, GEMMA3_NAME, GEMMA3_INSTALL_HINT)
+    return gguf_cache.cache_dir(find_gemma3_gguf(), GEMMA3_PREFIX, GEMMA3_NAME, GEMMA3_INSTALL_HINT, convert)
 
 
 def load_gemma3(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",

@@ -54,6 +54,22 @@ def gguf_tensor_types(gguf: Path) -> list[str]:
     return sorted({t.tensor_type.name for t in GGUFReader(str(gguf)).tensors})
 
 
+def cache_dir(gguf: Path | None, prefix: str, model_name: str, install_hint: str, convert_now: bool = True) -> Path:
+    """The conversion of ``gguf`` (``<prefix>-<digest>``), made on first use unless ``convert_now`` is False.
+    Without a GGUF, the first complete ``<prefix>-*`` conversion there is (a machine that only has a staged
+    copy); with neither, ``ModelNotInstalled`` naming ``install_hint``."""
+    if gguf is None:
+        done = converted(prefix)
+        if done:
+            return done[0]
+        raise ModelNotInstalled(f"{model_name} is not installed (no GGUF, no converted copy under {cache_root()}); "
+                                f"install it with: {install_hint}")
+    target = cache_root() / f"{prefix}-{file_digest(gguf)}"
+    if complete(target) or not convert_now:
+        return target
+    return convert(gguf, target, model_name, install_hint)
+
+
 def convert(gguf: Path, target: Path, model_name: str, install_hint: str) -> Path:
     """De-quantize ``gguf`` to fp32 safetensors (model + tokenizer) in ``target``; returns ``target``."""
     if complete(target):

@@ -50,18 +50,7 @@ def smollm2_cache_dir(convert: bool = True) -> Path:
     The directory name carries a digest of the GGUF, so a different GGUF never reuses a stale conversion. When
     no GGUF is found, any complete conversion in the cache root is used (the GPU machine may only have the cache).
     """
-    root = gguf_cache.cache_root()
-    gguf = find_smollm2_gguf()
-    if gguf is None:
-        done = gguf_cache.converted(SMOLLM2_PREFIX)
-        if done:
-            return done[0]
-        raise ModelNotInstalled(f"{SMOLLM2_NAME} is not installed (no GGUF, no converted copy under {root}); "
-                                f"install it with: {INSTALL_HINT}")
-    target = root / f"{SMOLLM2_PREFIX}-{gguf_cache.file_digest(gguf)}"
-    if gguf_cache.complete(target) or not convert:
-        return target
-    return gguf_cache.convert(gguf, target, SMOLLM2_NAME, INSTALL_HINT)
+    return gguf_cache.cache_dir(find_smollm2_gguf(), SMOLLM2_PREFIX, SMOLLM2_NAME, INSTALL_HINT, convert)
 
 
 def load_smollm2(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
