@@ -36,7 +36,7 @@ class DummyRequest:
     capacity: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Sequence:
     capacity: int = 0
     history: int = 0

@@ -19,7 +19,7 @@ from .batch import Filled, StepBuffers
 from .trace import Tracer
 
 
-@dataclass
+@dataclass(slots=True)
 class StepItem:
     """One sequence's share of a forward: ``token_ids`` sit at positions ``start ..``; decodes come first.
     ``num_logits``: how many of its last positions' logits the step returns (0 for a prefill chunk that does not
