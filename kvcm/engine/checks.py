@@ -75,18 +75,23 @@ def check_engine_options(model, *, max_seq_len, overlap, trace, cuda_graph, grap
     if validation.count("decode_split_len", decode_split_len) % tile:
         raise ConfigError("decode_split_len", decode_split_len, f"must be 0 (off) or a multiple of {tile} (the "
                                                                 "attention kernel's key tile)")
-    if prefill_block_m is not None:
-        cfg = model.config
-        heads = cfg.num_attention_heads
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-        if type(prefill_block_m) is not int:
-            raise ConfigError("prefill_block_m", prefill_block_m, "must be None (the kernel's least tile) or an "
-                                                                  f"integer, not {type(prefill_block_m).__name__}")
-        try:
-            triton_attention.tile_shape(heads, kv_heads, prefill_block_m)
-        except ValueError as exc:        # the kernel's own rule, in its words
-            raise ConfigError("prefill_block_m", prefill_block_m, "must be None (the kernel's least tile) or "
-                              + str(exc).split(" must be ", 1)[1]) from None
+    check_prefill_block_m(prefill_block_m, model)
+
+
+def check_prefill_block_m(block_m, model, what: str = "") -> None:
+    """None, or a query tile the kernel takes for ``model``'s heads (a draft model's too: ``what`` names it)."""
+    if block_m is None:
+        return
+    if type(block_m) is not int:
+        raise ConfigError("prefill_block_m", block_m, "must be None (the kernel's least tile) or an integer, not "
+                                                      f"{type(block_m).__name__}")
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    try:
+        triton_attention.tile_shape(heads, getattr(cfg, "num_key_value_heads", None) or heads, block_m)
+    except ValueError as exc:        # the kernel's own rule, in its words
+        raise ConfigError("prefill_block_m", block_m, f"must be None (the kernel's least tile) or{what} "
+                          + str(exc).split(" must be ", 1)[1]) from None
 
 
 def check_positions(field: str, length, model, what: str = "the model's") -> None:
@@ -102,8 +107,9 @@ def int_list(field: str, values, low: int = 0, high: int | None = None, why: str
     return tuple(validation.count(f"{field}[{i}]", v, low, high, why) for i, v in enumerate(values))
 
 
-def check_drafter(drafter, max_draft_len, model) -> None:
-    """A drafter needs ``max_draft_len >= 1``; a draft model must share the target's vocabulary."""
+def check_drafter(drafter, max_draft_len, model, prefill_block_m=None) -> None:
+    """A drafter needs ``max_draft_len >= 1``; a draft model must share the target's vocabulary, and its caches
+    take the target's kernel options, so its heads must suit ``prefill_block_m`` too."""
     if drafter is None:
         return
     if isinstance(max_draft_len, bool) or not isinstance(max_draft_len, int) or max_draft_len < 1:
@@ -116,6 +122,7 @@ def check_drafter(drafter, max_draft_len, model) -> None:
             raise ConfigError("drafter.config.vocab_size", config.vocab_size,
                               f"must equal the target's vocab_size={model.config.vocab_size}: the draft must "
                               f"share the target's tokenizer")
+        check_prefill_block_m(prefill_block_m, drafter, " (for the draft model)")
     elif isinstance(drafter, str) and drafter != "ngram":
         raise ConfigError("drafter", drafter, "expected 'ngram', an NgramDrafter or a draft model")
     elif not isinstance(drafter, str) and not callable(getattr(drafter, "draft", None)):

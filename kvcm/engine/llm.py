@@ -128,7 +128,7 @@ class LLM:
                                     cuda_graph_token_buckets=cuda_graph_token_buckets,
                                     decode_split_len=decode_split_len, prefill_block_m=prefill_block_m)
         kernel = KernelOptions(decode_split_len, prefill_block_m)
-        checks.check_drafter(drafter, max_draft_len, model)
+        checks.check_drafter(drafter, max_draft_len, model, prefill_block_m)
         self.spec_max_concurrency = spec_max_concurrency
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer

@@ -75,6 +75,10 @@ CASES = [
      3, "num_draft=2"),
     ("draft_model_vocab", lambda m, e: _mk(m, drafter=tiny_model("llama", vocab_size=300)[0], max_draft_len=2),
      "drafter.config.vocab_size", 300, "vocab_size=256"),
+    ("prefill_block_m_below_the_drafts_heads",   # 32 query heads a KV head: the draft's least tile is 32 rows
+     lambda m, e: _mk(m, prefill_block_m=16, max_draft_len=2, drafter=tiny_model(
+         "llama", num_attention_heads=32, num_key_value_heads=1, hidden_size=64)[0]),
+     "prefill_block_m", 16, "(for the draft model) a power of two from 32"),
     ("draft_model_positions", lambda m, e: _mk(m, max_seq_len=120, max_draft_len=4,
                                                drafter=tiny_model("llama", max_position_embeddings=122)[0]),
      "max_seq_len + max_draft_len", 124, "<= 122 (the draft model's"),
