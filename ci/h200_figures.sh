@@ -18,9 +18,10 @@
 #   reuse       SmolLM2's GPU-lane block-reuse gates (suites/engine/test_reuse_cuda.py), then benchmarks/fewshot.py
 #               on all 1,319 GSM8K questions 8-shot (bf16, batch 256): HF generate, kvcm V2 and V1 with reuse
 #               off and on
-#   split       benchmarks/decode_attention.py (the decode attention kernel, whole vs split keys, batch x KV length),
-#               benchmarks/prefill_attention.py (the kernel on the benchmarks' prefill steps, by query tile),
-#               then benchmarks/fewshot.py 8-shot with kvcm V2 alone (no HF): as it is, decode_split_len 256, and
+#   kernels     benchmarks/decode_attention.py (the decode attention kernel, whole vs split keys, batch x KV
+#               length) and benchmarks/prefill_attention.py (the kernel on the benchmarks' prefill steps, by query
+#               tile); no weights and no GSM8K, so the call that stages the model's first half can run it
+#   split       benchmarks/fewshot.py 8-shot with kvcm V2 alone (no HF): as it is, decode_split_len 256, and
 #               prefill_block_m 64
 #   drift       benchmarks/kernel_drift.py: which component moves bf16 logits from fp32
 #   gemma       Gemma 3 270M: its GPU gates (suites/engine/test_gemma3_cuda.py, test_gemma3_tiny.py on CUDA) and
@@ -35,10 +36,12 @@ out=${OUT:-.}
 budget=${BUDGET_S:-560}
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(throughput lane spec drift)   # gemma runs only when named (its model is staged apart)
-: "${KVCM_GSM8K_DIR:?set it}"
 for part in "${parts[@]}"; do
-  if [ "$part" = gemma ]; then : "${KVCM_GEMMA3_GGUF:?set it (ci/gemma_stage.sh setup.sh does)}"
-  else : "${KVCM_SMOLLM2_GGUF:?set it (gpu-stage setup.sh does)}"; fi
+  case $part in
+    kernels) ;;
+    gemma) : "${KVCM_GSM8K_DIR:?set it}" "${KVCM_GEMMA3_GGUF:?set it (ci/gemma_stage.sh setup.sh does)}" ;;
+    *) : "${KVCM_GSM8K_DIR:?set it}" "${KVCM_SMOLLM2_GGUF:?set it (gpu-stage setup.sh does)}" ;;
+  esac
 done
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 quiet() { grep -v -E "Loading weights|Converting|Writing model|Warning|warn" ; }
@@ -81,15 +84,16 @@ for part in "${parts[@]}"; do
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model smollm2 --shots 8 \
         --num-prompts 0 --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --profile --json "$out/fewshot.json" 2>&1 \
         | quiet | tee "$out/fewshot.log" ;;
-    split)
+    kernels)
       timeout 120 python3 benchmarks/decode_attention.py 2>&1 | tee "$out/decode_attention.log"
-      timeout 80 python3 benchmarks/prefill_attention.py 2>&1 | tee "$out/prefill_attention.log"
+      timeout 80 python3 benchmarks/prefill_attention.py 2>&1 | tee "$out/prefill_attention.log" ;;
+    split)
       n=0
       for opt in "--decode-split-len 0" "--decode-split-len 256" "--prefill-block-m 64"; do
         n=$(( n + 1 ))
         echo "== fewshot.py $opt (fewshot_split$n.json)" | tee -a "$out/fewshot_split.log"
         # shellcheck disable=SC2086  # $opt is a flag and its value
-        timeout $(( budget / 5 )) python3 benchmarks/fewshot.py --model smollm2 --shots 8 --num-prompts 0 \
+        timeout $(( budget / 3 )) python3 benchmarks/fewshot.py --model smollm2 --shots 8 --num-prompts 0 \
           --kvcm-versions v2 --dtype bfloat16 --batch-size 256 --no-hf --profile $opt \
           --json "$out/fewshot_split$n.json" 2>&1 | quiet | tee -a "$out/fewshot_split.log"
       done ;;
@@ -107,7 +111,7 @@ for part in "${parts[@]}"; do
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model gemma-3-270m --shots 5 --num-prompts 0 \
         --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/gemma_fewshot.json" 2>&1 | quiet \
         | tee "$out/gemma_fewshot.log" ;;
-    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, wide, lane, spec, cutoff, reuse, split, drift, gemma)" >&2
+    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, wide, lane, spec, cutoff, reuse, kernels, split, drift, gemma)" >&2
        exit 2 ;;
   esac
 done
