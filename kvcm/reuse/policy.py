@@ -60,10 +60,6 @@ class V1Policy:
         return seams.window_reuse_length([_leading(nodes, g.index, len(nodes)) for g in groups])
 
     @staticmethod
-    def needed(group, index: int, length: int, tpb: int) -> bool:
-        return True
-
-    @staticmethod
     def skipped(group, length: int, tpb: int) -> range:
         """The block indices a match leaves alone in ``group`` (none: V1 keeps every block)."""
         return range(0)
@@ -105,18 +101,14 @@ class V2Policy:
         window)."""
         return range(*group.stale_range(length, tpb))
 
-    @staticmethod
-    def needed(group, index: int, length: int, tpb: int) -> bool:
-        return index not in V2Policy.skipped(group, length, tpb)
-
     def _group_length(self, nodes: list[Node], group, n: int, tpb: int) -> int:
         g = group.index
         if group.is_full:
             return _leading(nodes, g, n)
         m = n
         while True:
-            missing = next((i for i in range(m) if self.needed(group, i, m * tpb, tpb) and nodes[i].pages[g] < 0),
-                           None)
+            skip = self.skipped(group, m * tpb, tpb)
+            missing = next((i for i in range(m) if i not in skip and nodes[i].pages[g] < 0), None)
             if missing is None:
                 return m
             m = missing
