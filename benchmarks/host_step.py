@@ -21,6 +21,10 @@ Two workloads:
 * ``chat``: the same for the full-GSM8K throughput run's shape: a 30-token shared chat template, then a question
   of 50-190 tokens; answers end at 1 in 300 tokens, so most run to ``--new-tokens`` (256 there).
 
+``--stop-strings`` gives a mixed workload's requests ``fewshot.py``'s stop strings (``Question:``, ``</s>``,
+``<|im_end|>``) and the engine SmolLM2's tokenizer to find them (the tiny model's ids are SmolLM2's first 256),
+so the host also pays the stop-string check after every token, as the real few-shot run does.
+
 ``--same-prompts`` gives a mixed workload's every run the same prompts, as ``throughput.py``'s rounds and a
 server's repeated requests do, and runs them all in one process: the runs' totals, printed in order, must not
 grow with the runs before them (reuse's books are kept across them).
@@ -35,6 +39,7 @@ a subprocess, interleaved with this one, and prints both with the change: a befo
     python benchmarks/host_step.py --workload fewshot --kvcm-versions v1 v2 --repeat 3
     python benchmarks/host_step.py --workload chat --kvcm-versions v2 --new-tokens 256 --repeat 3
     python benchmarks/host_step.py --workload fewshot --kvcm-versions v2 --repeat 6 --same-prompts
+    python benchmarks/host_step.py --workload fewshot --kvcm-versions v2 --stop-strings --against /tmp/base
 """
 from __future__ import annotations
 
@@ -61,6 +66,7 @@ def _prompts(batch: int, seed: int = 0) -> list[list[int]]:
 
 
 EOS = 2                 # the tiny model's EOS id
+STOP_STRINGS = ("Question:", "</s>", "<|im_end|>")     # benchmarks/fewshot.py's
 
 
 @dataclass(frozen=True)
@@ -187,16 +193,22 @@ class Bench:
 class MixedBench:
     """One engine per (kvcm_version, reuse) for a workload ``Shape``, built once."""
 
-    def __init__(self, shape: Shape, kvcm_version: str, reuse: str, requests: int, n2: int, same: bool = False):
+    def __init__(self, shape: Shape, kvcm_version: str, reuse: str, requests: int, n2: int, same: bool = False,
+                 stops: bool = False):
         import kvcm
         from kvcm.engine.cuda_graph import default_token_buckets
         self.shape, self.requests, self.n2, self.runs, self.same = shape, requests, n2, 1, same
+        self.stops = STOP_STRINGS if stops else ()
         max_seq = shape.prefix + shape.question[1] + n2 + 8
         cfg = kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=256 * max_seq, dtype="float32",
                                  enable_block_reuse=reuse == "reuse")
         self.llm = _new_llm(kvcm_version, batch=256, max_seq=max_seq, kv_cache_config=cfg, max_num_tokens=8192,
                             cuda_graph_token_buckets=default_token_buckets(256, 8192))
         self.llm.eos_token_ids = (EOS,)
+        if stops:
+            from transformers import AutoTokenizer
+            from kvcm.models.smollm2 import smollm2_cache_dir
+            self.llm.tokenizer = AutoTokenizer.from_pretrained(str(smollm2_cache_dir()))
 
     def steps(self) -> list[tuple[float, str]]:
         """(host µs, kind) of every step of one run but the last (its end has no next launch)."""
@@ -205,17 +217,18 @@ class MixedBench:
         # it (not LLM.reset_prefix_cache: an older checkout measured with --against may not have it)
         self.runs += 1
         prompts = _shaped_prompts(self.shape, self.requests, seed=2 if self.same else self.runs)
-        starts = _launch_times(self.llm, lambda: self.llm.generate(prompts, SamplingParams(max_new_tokens=self.n2)))
+        params = SamplingParams(max_new_tokens=self.n2, stop_strings=self.stops)
+        starts = _launch_times(self.llm, lambda: self.llm.generate(prompts, params))
         return [((b - a) * 1e6, kind) for (a, kind), (b, _) in zip(starts, starts[1:])]
 
 
 def measure(configs, *, new_tokens: int, skip: int, repeat: int, profile: int = 0, workload: str = "decode",
-            requests: int = 1319, same_prompts: bool = False) -> dict:
+            requests: int = 1319, same_prompts: bool = False, stop_strings: bool = False) -> dict:
     shape = SHAPES.get(workload)
     mixed = shape is not None
     _no_forward(shape.eos_every if mixed else None)
     if mixed:
-        benches = {key: MixedBench(shape, *key, requests, new_tokens, same_prompts) for key in configs}
+        benches = {key: MixedBench(shape, *key, requests, new_tokens, same_prompts, stop_strings) for key in configs}
         for b in benches.values():
             b.llm.generate(_shaped_prompts(shape, 4, seed=1), {"max_new_tokens": 4})     # warm
         run = lambda b: b.steps()                                       # noqa: E731
@@ -285,6 +298,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--same-prompts", action="store_true", help="fewshot, chat: every run the same prompts, all "
                     "runs in one process; prints each run's total in order")
+    ap.add_argument("--stop-strings", action="store_true", help="fewshot, chat: the requests stop at fewshot.py's "
+                    "stop strings (SmolLM2's tokenizer finds them)")
     ap.add_argument("--against", metavar="DIR", help="another checkout to measure beside this one")
     ap.add_argument("--src", default=str(HERE.parents[1]), help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
@@ -299,8 +314,10 @@ def main(argv=None) -> int:
         [(v, b) for b in args.batches for v in args.kvcm_versions]
     if args.same_prompts and not mixed:
         ap.error("--same-prompts is for the fewshot and chat workloads")
+    if args.stop_strings and not mixed:
+        ap.error("--stop-strings is for the fewshot and chat workloads")
     opts = dict(new_tokens=args.new_tokens, skip=args.skip, profile=args.profile, workload=args.workload,
-                requests=args.requests, same_prompts=args.same_prompts)
+                requests=args.requests, same_prompts=args.same_prompts, stop_strings=args.stop_strings)
     if args.json:   # one repeat of a measurement driven by another invocation
         print(json.dumps(measure(configs, repeat=args.repeat, **opts)))
         return 0
@@ -315,7 +332,8 @@ def main(argv=None) -> int:
                 cmd = [sys.executable, str(HERE), "--src", src, "--json", "--repeat", str(per), "--new-tokens",
                        str(args.new_tokens), "--skip", str(args.skip), "--kvcm-versions", *args.kvcm_versions,
                        "--batches", *map(str, args.batches), "--workload", args.workload, "--requests",
-                       str(args.requests)] + (["--same-prompts"] if args.same_prompts else [])
+                       str(args.requests)] + (["--same-prompts"] if args.same_prompts else []) \
+                    + (["--stop-strings"] if args.stop_strings else [])
                 one = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                                 env={**os.environ, "PYTHONPATH": src}).stdout)
                 for key, r in one.items():

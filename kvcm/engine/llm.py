@@ -29,6 +29,7 @@ from .pipeline import StepPipeline
 from . import spec_cutoff
 from .scheduler import Scheduler
 from .sequence import SamplingParams, Sequence
+from .stop_strings import StopStrings
 from .trace import Tracer
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -132,6 +133,7 @@ class LLM:
         self.spec_max_concurrency = spec_max_concurrency
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
+        self._stop_strings = StopStrings(tokenizer)    # its per-token texts serve every generate
         if kv_cache_config is None:
             kv_cache_config = default_kv_cache_config(model, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
                                                       device=device, max_num_tokens=max_num_tokens)
@@ -273,9 +275,12 @@ class LLM:
         request rather than per call)."""
         params = checks.sampling_params(params, SamplingParams)
         prompts = checks.prompts(prompts, self.tokenizer, self.model.config.vocab_size, self.max_seq_len)
+        if self._stop_strings.tokenizer is not self.tokenizer:      # a tokenizer set after construction
+            self._stop_strings = StopStrings(self.tokenizer)
         scheduler = Scheduler(self.manager, self.limits, eos_token_ids=self.eos_token_ids,
                               tokenizer=self.tokenizer, drafter=self.drafter, reuse=self.enable_block_reuse,
-                              on_finish=on_finish, spec_max_concurrency=self.spec_max_concurrency)
+                              on_finish=on_finish, spec_max_concurrency=self.spec_max_concurrency,
+                              stop_strings=self._stop_strings)
         # the last generate's figures, each kept by the scheduler that ran it
         self.reuse_stats, self.spec_stats = scheduler.reuse_stats, scheduler.spec_stats
         seqs = []

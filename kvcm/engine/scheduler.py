@@ -40,17 +40,20 @@ from .runner import StepItem, placeholders
 from .sequence import Sequence, Status
 from .spec_cutoff import should_speculate
 from .spec_stats import SpecStats
+from .stop_strings import StopStrings
 
 
 class Scheduler:
     def __init__(self, mgr, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None,
-                 reuse: bool = False, on_finish=None, spec_max_concurrency: int | None = None):
+                 reuse: bool = False, on_finish=None, spec_max_concurrency: int | None = None,
+                 stop_strings: StopStrings | None = None):
         """``limits``: the engine's ``kvcm.Limits`` (the one its caches were sized for); the scheduler reads the
         batch size, the sequence length and the step's token budget from it. ``reuse``: admit each request with
         its token ids, so its prefill starts after its cached prefix (``reuse.py``). ``on_finish(index)``: called
         once per request as it finishes (progress bars; its last token may still be on its way).
         ``spec_max_concurrency``: with a drafter, speculate only while this many requests or fewer are active
-        (``spec_cutoff.py``; None: always)."""
+        (``spec_cutoff.py``; None: always). ``stop_strings``: the tokenizer's stop-string check, kept by the engine
+        across runs (its per-token texts); None: a new one."""
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kvcm.Limits, got {type(limits).__name__}")
         self.mgr = mgr
@@ -59,6 +62,7 @@ class Scheduler:
         self.num_draft = drafter.num_draft if drafter is not None else 0
         self.eos_token_ids = tuple(eos_token_ids)
         self.tokenizer = tokenizer
+        self.stop_strings = stop_strings if stop_strings is not None else StopStrings(tokenizer)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -380,11 +384,8 @@ class Scheduler:
         return seq.finish_reason is not None
 
     def _stop_string(self, seq: Sequence, pos: int) -> bool:
-        longest = max(len(s) for s in seq.params.stop_strings)
-        tail = self.tokenizer.decode(seq.output_token_ids[max(0, pos + 1 - (longest + 8)):pos + 1])
-        for s in seq.params.stop_strings:
-            if s in tail:
-                seq.stop_string = s
-                return True
-        return False
-
+        found = self.stop_strings.find(seq.params.stop_strings, seq.output_token_ids, pos)
+        if found is None:
+            return False
+        seq.stop_string = found
+        return True
