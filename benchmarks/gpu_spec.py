@@ -21,8 +21,9 @@ much more slowly than one (the ``linear`` lines of ``batch1`` show it), bf16 row
    the host work not hidden behind the GPU.
 3. ``speed``: plain graph decode vs speculative (graphs) for each of ``--drafters`` and D in ``--drafts``, at
    each of ``--batches``, for each speculation cut-off in ``--cutoffs`` (``spec_max_concurrency``: the engine's
-   default, ``none`` = always speculate, or a number): tokens/s, ratio, engine steps speculative and plain,
-   acceptance, parity against plain decoding at that batch.
+   default, ``none`` = always speculate, or a number; every cut-off but ``none`` runs with the engine's
+   acceptance gate, reset before each timed run so its learning steps are timed): tokens/s, ratio, engine steps
+   speculative and plain, acceptance, where the gate closed, parity against plain decoding at that batch.
 
     KVCM_SMOLLM2_GGUF=... KVCM_GSM8K_DIR=... python benchmarks/gpu_spec.py [--json out.json]
     python benchmarks/gpu_spec.py --only batch1            # the n-gram at batch 1 alone (~2-3 minutes on an H200)
@@ -226,6 +227,7 @@ def main(argv=None):
         for _ in range(args.repeats):
             if hasattr(llm.drafter, "clear"):
                 llm.drafter.clear()      # a cold pool: nothing learned from an earlier run of the same prompts
+            llm.reset_spec_gate()        # and a gate that judges the drafter afresh, its learning steps timed
             sync(dev)
             t = time.perf_counter()
             outs = llm.generate(ps, params)
@@ -290,6 +292,7 @@ def main(argv=None):
         say(f"SPEED batch {b:>3} ({len(sets[b])} prompts): plain graph decode {plain[b][1]:9.1f} tok/s")
         out["speed"].append({"batch": b, "config": "plain", "tok_s": plain[b][1]})
     from kvcm.engine.spec_cutoff import DEFAULT_SPEC_MAX_CONCURRENCY
+    from kvcm.engine.spec_gate import DEFAULT_WINDOW
     cutoffs = {c: (DEFAULT_SPEC_MAX_CONCURRENCY if c == "default" else None if c == "none" else int(c))
                for c in args.cutoffs}
     for drafter in args.drafters if args.batches else ():
@@ -298,18 +301,26 @@ def main(argv=None):
             for b in args.batches:
                 for name, cutoff in cutoffs.items():
                     llm.spec_max_concurrency = cutoff
+                    # "none" is speculation unguarded (TensorRT-LLM's defaults: no cut-off, no gate); any other
+                    # cut-off runs with the engine's acceptance gate
+                    llm.spec_acceptance_window = 0 if cutoff is None else DEFAULT_WINDOW
                     outs, rate = timed(llm, sets[b], b)
                     same, line = _strict(plain[b][0], outs, sets[b], tok, args.tolerance, args.dtype == "float32")
                     ok &= same
                     st = llm.spec_stats
                     by_pos = ", ".join(f"{p:.2f}" for p in st.acceptance_by_position)
                     label = f"cut-off {name}" + (f" = {cutoff}" if name == "default" else "")
+                    gate = llm.spec_gate
+                    label += "" if gate is None else (f", gate closed at verification {gate.closed_at} (rate "
+                                                      f"{gate.mean_at_close:.2f} < {gate.threshold:.2f})"
+                                                      if gate.closed else f", gate open ({gate.threshold:.2f})")
                     say(f"SPEED batch {b:>3} {drafter:>5} D={d} {label}: {rate:9.1f} tok/s = "
                         f"{rate / plain[b][1]:5.2f}x plain; steps speculative / plain {st.steps_on} / "
                         f"{st.steps_off}; acceptance length {st.mean_acceptance_length:.2f}, by position [{by_pos}]; "
                         f"parity {line}")
                     out["speed"].append({"batch": b, "config": f"{drafter}-D{d}", "cutoff": cutoff, "tok_s": rate,
-                                         "vs_plain": rate / plain[b][1], "identical": same, "stats": st.as_dict()})
+                                         "vs_plain": rate / plain[b][1], "identical": same, "stats": st.as_dict(),
+                                         "gate": None if gate is None else gate.as_dict()})
             free(llm)
     say(f"total {time.perf_counter() - t0:.1f} s; {'ALL PASS' if ok else 'SOME FAIL'}")
     if args.json:

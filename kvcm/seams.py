@@ -193,6 +193,13 @@ def draft_refill_stop(context_len: int, prompt_len: int) -> int:
     return context_len
 
 
+@seam("whether a step speculates: under the batch cut-off and the acceptance gate still open, a closed gate "
+      "winning over the cut-off (TensorRT-LLM PR #7283, whose fixes list 'permanent-disable takes precedence over "
+      "dynamic drafting')")
+def speculate_step(under_cutoff: bool, gate_closed: bool) -> bool:
+    return under_cutoff and not gate_closed
+
+
 @seam("whether a request is retired when its step is committed, before its token is read: when the token "
       "reaches max_new_tokens or max_seq_len (vLLM PR #27922: async scheduling ran one step past max_tokens)")
 def retire_at_commit(num_outputs: int, max_new_tokens: int, num_tokens: int, max_seq_len: int) -> bool:

@@ -28,7 +28,10 @@ from .runner import ModelRunner, StepItem
 class ModelDrafter:
     """A draft model with its own manager; ``graphs`` (``cuda_graph.StepGraphs``) when its steps replay."""
 
-    def __init__(self, runner: ModelRunner, num_draft: int, *, name: str = "model", graphs=None):
+    def __init__(self, runner: ModelRunner, num_draft: int, *, name: str = "model", graphs=None,
+                 cost_per_draft: float = 1.0):
+        """``cost_per_draft``: one draft forward's time in target forwards, the acceptance rate at which
+        speculating with it breaks even (``spec_gate.py``; the engine passes the parameter share)."""
         num_draft = validation.count("num_draft", num_draft, 1)
         self.runner, self.manager, self.num_draft, self.graphs = runner, runner.mgr, num_draft, graphs
         self.history: dict[object, int] = {}     # tokens with KV in the draft's cache, per request
@@ -37,6 +40,7 @@ class ModelDrafter:
         self.refill: dict[object, StepItem] = {}  # the prefill a resynced request runs before it drafts
         self.num_resyncs = 0                     # requests remade after steps without speculation
         self.name = name
+        self.cost_per_draft = cost_per_draft
 
     # ---- capacity, mirrored from the scheduler's calls on the target ----------------------------------------
     def begin_chunk(self, seq, start: int, n: int) -> None:

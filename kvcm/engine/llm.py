@@ -27,6 +27,7 @@ from . import page_usage as _page_usage
 from . import reuse as _reuse
 from .pipeline import StepPipeline
 from . import spec_cutoff
+from . import spec_gate as _gate
 from .scheduler import Scheduler
 from .sequence import SamplingParams, Sequence
 from .stop_strings import StopStrings
@@ -89,6 +90,8 @@ class LLM:
                  overlap: bool = True, drafter=None, draft_kvcm_version: str | None = None,
                  draft_kv_cache_config=None, enable_block_reuse: bool | None = None,
                  spec_max_concurrency: int | None = spec_cutoff.DEFAULT_SPEC_MAX_CONCURRENCY,
+                 spec_acceptance_window: int = _gate.DEFAULT_WINDOW,
+                 spec_acceptance_threshold: float | None = None,
                  decode_split_len: int = 0, prefill_block_m: int | None = None):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
@@ -103,7 +106,10 @@ class LLM:
 
         ``spec_max_concurrency``: speculate only while at most this many requests are active, plain (overlapped)
         steps above (TensorRT-LLM's ``max_concurrency``; ``spec_cutoff.py``, whose default comes from the H200);
-        None speculates always, 0 never.
+        None speculates always, 0 never. ``spec_acceptance_window`` / ``spec_acceptance_threshold``: once the
+        acceptance rate's mean over that many speculating steps falls below the threshold (None: the drafter's
+        break-even, its ``cost_per_draft``), speculation stops for good (TensorRT-LLM's speculation gate,
+        ``spec_gate.py``; ``llm.spec_gate``); a window of 0 never stops.
 
         ``enable_block_reuse``: admit each request with its token ids so its prefill computes only what its
         manager has not cached (``reuse.py``; a draft model's cache reuses on its own); None follows
@@ -131,6 +137,7 @@ class LLM:
         kernel = KernelOptions(decode_split_len, prefill_block_m)
         checks.check_drafter(drafter, max_draft_len, model, prefill_block_m)
         self.spec_max_concurrency = spec_max_concurrency
+        self.spec_acceptance_window, self.spec_acceptance_threshold = spec_acceptance_window, spec_acceptance_threshold
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self._stop_strings = StopStrings(tokenizer)    # its per-token texts serve every generate
@@ -174,7 +181,8 @@ class LLM:
                                 self._factory(dv, ModelSpec.from_hf_config(draft_model.config),
                                               max_seq_len + max_draft_len), draft_cfg, draft_plan,
                                 max_seq_len=max_seq_len + max_draft_len, kernel=kernel)
-            self.drafter = ModelDrafter(draft.runner, max_draft_len, name=f"model-{dv}", graphs=draft.graphs)
+            self.drafter = ModelDrafter(draft.runner, max_draft_len, name=f"model-{dv}", graphs=draft.graphs,
+                                        cost_per_draft=_gate.parameter_share(draft_model, self.model))
             self.draft_warmup_reports = draft.reports
         elif drafter is not None:
             self.drafter = NgramDrafter(max_draft_len) if drafter == "ngram" else drafter
@@ -230,6 +238,41 @@ class LLM:
     def spec_max_concurrency(self, value) -> None:
         self._spec_max_concurrency = spec_cutoff.check(value)
 
+    @property
+    def spec_acceptance_window(self) -> int:
+        return self._spec_window
+
+    @spec_acceptance_window.setter
+    def spec_acceptance_window(self, value) -> None:
+        self._spec_window, self._spec_gate = _gate.check_window(value), None    # a new gate at the next run
+
+    @property
+    def spec_acceptance_threshold(self) -> float | None:
+        return self._spec_threshold
+
+    @spec_acceptance_threshold.setter
+    def spec_acceptance_threshold(self, value) -> None:
+        self._spec_threshold, self._spec_gate = _gate.check_threshold(value), None
+
+    def reset_spec_gate(self) -> None:
+        """Open the acceptance gate again with nothing recorded (upstream's ``SpeculationGate.reset``): a
+        benchmark's timed run judges its drafter from scratch, as a cold n-gram pool is cleared."""
+        self._spec_gate = None
+
+    @property
+    def spec_gate(self) -> _gate.SpeculationGate | None:
+        """The acceptance gate the next ``generate`` uses (``spec_gate.py``), kept across calls; None without a
+        drafter or with a window of 0. A new drafter, window or threshold starts a new one."""
+        if self.drafter is None or not self._spec_window:
+            return None
+        if self._spec_gate is None or self._spec_gate_drafter is not self.drafter:
+            threshold = self._spec_threshold
+            if threshold is None:
+                threshold = float(getattr(self.drafter, "cost_per_draft", 0.0))
+            self._spec_gate = _gate.SpeculationGate(self._spec_window, threshold)
+            self._spec_gate_drafter = self.drafter
+        return self._spec_gate
+
     max_batch_size = property(lambda self: self.limits.max_batch_size)
     max_seq_len = property(lambda self: self.limits.max_seq_len)
     max_num_tokens = property(lambda self: self.limits.max_num_tokens)
@@ -280,6 +323,7 @@ class LLM:
         scheduler = Scheduler(self.manager, self.limits, eos_token_ids=self.eos_token_ids,
                               tokenizer=self.tokenizer, drafter=self.drafter, reuse=self.enable_block_reuse,
                               on_finish=on_finish, spec_max_concurrency=self.spec_max_concurrency,
+                              spec_gate=self.spec_gate,
                               stop_strings=self._stop_strings)
         # the last generate's figures, each kept by the scheduler that ran it
         self.reuse_stats, self.spec_stats = scheduler.reuse_stats, scheduler.spec_stats

@@ -107,6 +107,7 @@ class NgramDrafter:
     manager = None
     runner = None
     graphs = None
+    cost_per_draft = 0.0     # a dictionary lookup: speculation's gate (``spec_gate.py``) never closes on cost
 
     def __init__(self, num_draft: int, *, max_matching_ngram_size: int = MAX_MATCHING_NGRAM_SIZE,
                  is_keep_all: bool = True, is_use_oldest: bool = True, is_public_pool: bool = True):

@@ -23,7 +23,8 @@ the longest prefix of drafts equal to the target's greedy choices plus the targe
 rejected slots (``end_generation(num_accepted=a)``; where the drafter proposed nothing for a whole step, its
 items are plain decodes and every reserved slot is rewound). How many tokens a step yields is known only from its
 tokens, so these steps are not overlapped. The output is exactly plain greedy decoding. Above a number of active
-requests (``spec_cutoff.py``, :meth:`Scheduler.decide`) a step does not speculate: it is scheduled, committed and
+requests (``spec_cutoff.py``, :meth:`Scheduler.decide`), or for good once the drafter's acceptance rate has
+fallen below its break-even (``spec_gate.py``), a step does not speculate: it is scheduled, committed and
 completed as a plain step, without the drafter.
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ from . import reuse as _reuse
 from .runner import StepItem, placeholders
 from .sequence import Sequence, Status
 from .spec_cutoff import should_speculate
+from .spec_gate import SpeculationGate
 from .spec_stats import SpecStats
 from .stop_strings import StopStrings
 
@@ -46,14 +48,15 @@ from .stop_strings import StopStrings
 class Scheduler:
     def __init__(self, mgr, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None,
                  reuse: bool = False, on_finish=None, spec_max_concurrency: int | None = None,
-                 stop_strings: StopStrings | None = None):
+                 spec_gate: SpeculationGate | None = None, stop_strings: StopStrings | None = None):
         """``limits``: the engine's ``kvcm.Limits`` (the one its caches were sized for); the scheduler reads the
         batch size, the sequence length and the step's token budget from it. ``reuse``: admit each request with
         its token ids, so its prefill starts after its cached prefix (``reuse.py``). ``on_finish(index)``: called
         once per request as it finishes (progress bars; its last token may still be on its way).
         ``spec_max_concurrency``: with a drafter, speculate only while this many requests or fewer are active
-        (``spec_cutoff.py``; None: always). ``stop_strings``: the tokenizer's stop-string check, kept by the engine
-        across runs (its per-token texts); None: a new one."""
+        (``spec_cutoff.py``; None: always). ``spec_gate``: the engine's acceptance gate, fed each verification's
+        acceptance and asked before each step (``spec_gate.py``; None: none). ``stop_strings``: the tokenizer's
+        stop-string check, kept by the engine across runs (its per-token texts); None: a new one."""
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kvcm.Limits, got {type(limits).__name__}")
         self.mgr = mgr
@@ -71,6 +74,7 @@ class Scheduler:
         self.on_finish = on_finish
         self.spec_stats = SpecStats(drafter.name) if drafter is not None else None   # acceptance of this run
         self.spec_max_concurrency = spec_max_concurrency
+        self.spec_gate = spec_gate
         self.speculating = drafter is not None     # this step's mode (``decide``)
 
     max_batch_size = property(lambda self: self.limits.max_batch_size)
@@ -90,18 +94,20 @@ class Scheduler:
 
     # ---- scheduling ------------------------------------------------------------------------------------------
     def decide(self) -> bool:
-        """Whether the next step speculates (``spec_cutoff.should_speculate`` on the requests running and
-        waiting); False without a drafter. Asked before each step; the step's capacity calls follow it."""
+        """Whether the next step speculates: ``spec_cutoff.should_speculate`` on the requests running and
+        waiting, and the acceptance gate open; False without a drafter. Asked before each step; the step's capacity calls follow it."""
         if self.drafter is None:
             return False
-        on = should_speculate(len(self.running) + len(self.waiting), max_concurrency=self.spec_max_concurrency,
-                              max_batch_size=self.max_batch_size, max_num_tokens=self.max_num_tokens,
-                              num_draft=self.num_draft)
-        self.speculating = on
+        under = should_speculate(len(self.running) + len(self.waiting), max_concurrency=self.spec_max_concurrency,
+                                 max_batch_size=self.max_batch_size, max_num_tokens=self.max_num_tokens,
+                                 num_draft=self.num_draft)
+        closed = self.spec_gate is not None and self.spec_gate.closed
+        on = self.speculating = seams.speculate_step(under, closed)
         if on:
             self.spec_stats.steps_on += 1
         else:
             self.spec_stats.steps_off += 1
+            self.spec_stats.steps_gated += under and closed
         return on
 
     def _preempt(self, victim: Sequence) -> None:
@@ -333,6 +339,8 @@ class Scheduler:
                 if reserved:
                     self.drafter.end_decode(seq, length, a)
                     self.spec_stats.record(k, a)
+                    if self.spec_gate is not None:
+                        self.spec_gate.record(a, k)
                 seq.num_computed = length + a
                 want, wmargins = want[:a + 1], wmargins[:a + 1]
             else:

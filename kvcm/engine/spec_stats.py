@@ -19,7 +19,8 @@ class SpecStats:
     accepted_at: list[int] = field(default_factory=list)   # steps whose draft i was accepted
     proposed_at: list[int] = field(default_factory=list)   # steps that proposed a draft i
     steps_on: int = 0                       # engine steps that speculated
-    steps_off: int = 0                      # engine steps run plain: more requests active than the cut-off
+    steps_off: int = 0                      # engine steps run plain: above the cut-off, or the gate closed
+    steps_gated: int = 0                    # of those, steps run plain because the acceptance gate had closed
 
     def record(self, num_draft: int, num_accepted: int) -> None:
         while len(self.proposed_at) < num_draft:
@@ -50,4 +51,4 @@ class SpecStats:
     def as_dict(self) -> dict:
         return {"drafter": self.name, "steps": self.steps, "mean_acceptance_length": self.mean_acceptance_length,
                 "acceptance_rate": self.acceptance_rate, "acceptance_by_position": self.acceptance_by_position,
-                "steps_on": self.steps_on, "steps_off": self.steps_off}
+                "steps_on": self.steps_on, "steps_off": self.steps_off, "steps_gated": self.steps_gated}

@@ -57,3 +57,16 @@ _CUTOFF = "suites/engine/test_spec_cutoff.py::"
                   _CUTOFF + "test_draft_model_cache_catches_up_after_plain_steps[reuse_off-v2-v1]"))
 def draft_cache_stale_after_plain_steps(mp):
     seams.replace(mp, "draft_refill_stop", lambda context_len, prompt_len: min(context_len, prompt_len))
+
+
+_GATE = "suites/engine/test_spec_gate.py::"
+
+
+@defect("spec-gate-overridden-by-cutoff", upstream="NVIDIA/TensorRT-LLM PR #7283 (the speculation gate; its fixes "
+        "list 'permanent-disable takes precedence over dynamic drafting')",
+        story="the acceptance gate closed on a drafter that was losing, and the batch cut-off, asked after it, "
+              "turned speculation back on the next step: a drafter at a quarter of plain speed kept drafting",
+        catchers=(_GATE + "test_a_losing_draft_model_is_turned_off_after_the_window[v1]",
+                  _GATE + "test_a_losing_draft_model_is_turned_off_after_the_window[v2]"))
+def spec_gate_overridden_by_cutoff(mp):
+    seams.replace(mp, "speculate_step", lambda under_cutoff, gate_closed: under_cutoff)

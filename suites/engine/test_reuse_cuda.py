@@ -142,7 +142,7 @@ def test_speculative_with_reuse(smollm2_cuda, version, drafter, greedy_parity):
     warm = [base[:40 + 7 * i] + tok(" Meanwhile")["input_ids"] for i in range(6)]
     d = "ngram" if drafter == "ngram" else truncated_drafter(model, 6)
     llm = gate(smollm2_cuda, version, prompts, greedy_parity, warm=warm, drafter=d, max_draft_len=4,
-               spec_max_concurrency=None)
+               spec_max_concurrency=None, spec_acceptance_window=0)
     assert llm.spec_stats.steps > 0
     if drafter == "model":
         assert llm.drafter.reuse and llm.drafter.manager.get_kv_cache_stats().reused_blocks > 0

@@ -52,6 +52,7 @@ def staggered(target, prompts, reference):
 def build(target, drafter, cutoff, *, tv="v2", dv="v2", reuse=False, d=3, **kw):
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=4096, dtype="float32", enable_block_reuse=reuse)
     kw.setdefault("max_batch_size", 4)
+    kw.setdefault("spec_acceptance_window", 0)   # the cut-off alone decides here (the gate: test_spec_gate.py)
     return LLM(target, kvcm_version=tv, kv_cache_config=cfg, max_seq_len=128, max_draft_len=d, drafter=drafter,
                draft_kvcm_version=dv, spec_max_concurrency=cutoff, **kw)
 

@@ -25,7 +25,7 @@ def _boundary_llm(model, kvcm_version, drafter, device="cpu", dtype="float32", *
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=64, dtype=dtype)
     return LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4, max_seq_len=96,
                max_draft_len=D, drafter=drafter, draft_kvcm_version=kvcm_version, device=device, cuda_graph=True,
-               cuda_graph_token_buckets=[], **kw)
+               cuda_graph_token_buckets=[], spec_acceptance_window=0, **kw)
 
 
 def _assert_every_shape(llm):

@@ -38,6 +38,7 @@ def spec(target, drafter, d, tv="v2", dv="v2", max_tokens=2048, tpb=8, **kw):
     cfg = kvcm.KvCacheConfig(tokens_per_block=tpb, max_tokens=max_tokens, dtype="float32")
     kw.setdefault("max_batch_size", 16)
     kw.setdefault("max_seq_len", 256)
+    kw.setdefault("spec_acceptance_window", 0)   # these test the caches under speculation, paying or not
     return LLM(target, kvcm_version=tv, kv_cache_config=cfg, max_draft_len=d, drafter=drafter,
                draft_kvcm_version=dv, **kw)
 
@@ -210,7 +211,7 @@ def test_smollm2_speculative(drafter, greedy_parity, kvcm_results):
     cfg = kvcm.KvCacheConfig(tokens_per_block=16, max_tokens=512, dtype="float32")
     d = truncated_drafter(model, 10) if drafter == "model" else "ngram"
     llm = LLM(model, tok, kv_cache_config=cfg, max_batch_size=4, max_seq_len=256, max_draft_len=3, drafter=d,
-              draft_kvcm_version="v1")
+              draft_kvcm_version="v1", spec_acceptance_window=0)
     outs = llm.generate(prompts, SamplingParams(max_new_tokens=16))
     greedy_parity.check(compare_outputs(ref, outs, prompts, names=("hf", "spec"), tokenizer=tok,
                                         margin_tolerance=1e-3), model="SmolLM2-135M")
