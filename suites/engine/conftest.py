@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from kvcm.models import tiny_model
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
@@ -11,3 +13,9 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="session")
+def target():
+    """The speculation suites' target: a seeded 4-layer tiny llama (the same weights in every module)."""
+    return tiny_model("llama", num_hidden_layers=4)[0]

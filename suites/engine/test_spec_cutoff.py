@@ -14,18 +14,13 @@ import pytest
 import kvcm
 from kvcm.engine import LLM, SamplingParams
 from kvcm.engine.spec_cutoff import DEFAULT_SPEC_MAX_CONCURRENCY, should_speculate
-from kvcm.models import hf_generate, tiny_model, truncated_drafter
+from kvcm.models import hf_generate, truncated_drafter
 from pytest_kvcm.parity import compare_outputs
 
 from _prompts import random_prompts
 
 NEW_TOKENS = 24
 PARAMS = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return tiny_model("llama", num_hidden_layers=4)[0]
 
 
 @pytest.fixture(scope="module")

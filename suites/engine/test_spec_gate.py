@@ -25,11 +25,6 @@ PARAMS = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def target():
-    return tiny_model("llama", num_hidden_layers=4)[0]
-
-
-@pytest.fixture(scope="module")
 def loser():
     """A draft model of other random weights: it almost never proposes the target's token."""
     return tiny_model("llama", num_hidden_layers=1, seed=7)[0]

@@ -20,11 +20,6 @@ PARAMS = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def target():
-    return tiny_model("llama", num_hidden_layers=4)[0]
-
-
-@pytest.fixture(scope="module")
 def prompts():
     return random_prompts(0, [5, 12, 21, 38])
 
