@@ -155,3 +155,14 @@ def test_a_draft_models_break_even_is_its_share_of_the_parameters(target):
     total = sum(p.numel() for p in target.parameters())
     assert parameter_share(truncated_drafter(target, 2), target) == pytest.approx((total - 2 * layer) / total)
     assert build(target, target).spec_gate.threshold == 1.0
+
+
+def test_plain_graph_steps_after_the_gate_closes(target, loser, prompts, reference):
+    """With graphs (run statically on the CPU: the same buffers and shapes as a CUDA replay), the steps after the
+    gate closes replay the plain decode shapes the warmup captured beside the verification ones."""
+    llm = build(target, loser, cuda_graph=True)
+    outs = llm.generate(prompts, PARAMS)
+    assert compare_outputs(reference, outs, prompts).passed
+    assert llm.spec_gate.closed and llm.spec_stats.steps_gated > 0
+    assert llm.graphs is not None and not any(r.skipped for r in llm.warmup_reports)
+    assert llm.pipeline.num_launched_ahead > 0, "the plain steps after the gate closed must overlap"
