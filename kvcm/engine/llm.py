@@ -107,8 +107,8 @@ class LLM:
         ``spec_max_concurrency``: speculate only while at most this many requests are active, plain (overlapped)
         steps above (TensorRT-LLM's ``max_concurrency``; ``spec_cutoff.py``, whose default comes from the H200);
         None speculates always, 0 never. ``spec_acceptance_window`` / ``spec_acceptance_threshold``: once the
-        acceptance rate's mean over that many speculating steps falls below the threshold (None: the drafter's
-        break-even, its ``cost_per_draft``), speculation stops for good (TensorRT-LLM's speculation gate,
+        acceptance rate's mean over that many verifications falls below the threshold (None: the drafter's
+        break-even, its ``cost_per_draft`` clipped to [0, 1]), speculation stops for good (TensorRT-LLM's speculation gate,
         ``spec_gate.py``; ``llm.spec_gate``); a window of 0 never stops.
 
         ``enable_block_reuse``: admit each request with its token ids so its prefill computes only what its
@@ -268,7 +268,7 @@ class LLM:
         if self._spec_gate is None or self._spec_gate_drafter is not self.drafter:
             threshold = self._spec_threshold
             if threshold is None:
-                threshold = float(getattr(self.drafter, "cost_per_draft", 0.0))
+                threshold = min(1.0, max(0.0, float(getattr(self.drafter, "cost_per_draft", 0.0))))
             self._spec_gate = _gate.SpeculationGate(self._spec_window, threshold)
             self._spec_gate_drafter = self.drafter
         return self._spec_gate
