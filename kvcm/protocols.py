@@ -70,6 +70,9 @@ class Drafter(Protocol):
 
     num_draft: int
     name: str       # names its acceptance figures (``LLM.spec_stats.name``)
+    # one draft's time in target forwards: the acceptance rate at which it breaks even, the speculation gate's
+    # default threshold (``kvcm/engine/spec_gate.py``; a drafter written without it is taken as free, 0)
+    cost_per_draft: float
 
     def begin_chunk(self, seq, start: int, n: int) -> None: ...
 

@@ -55,7 +55,7 @@ def test_ngram_drafter_is_a_drafter():
 def test_model_drafter_is_a_drafter():
     from kvcm.engine.drafters import ModelDrafter
 
-    assert missing_members(ModelDrafter, Drafter) == ["name", "num_draft"]   # instance attributes
+    assert missing_members(ModelDrafter, Drafter) == ["cost_per_draft", "name", "num_draft"]   # instance attributes
     assert _check_signatures(ModelDrafter, Drafter) == []
 
 
