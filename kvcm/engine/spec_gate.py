@@ -32,11 +32,14 @@ it is open or closed.
 """
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 
 from .. import validation
 from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 #: Verifications whose acceptance rates the gate averages (see the module docstring).
 DEFAULT_WINDOW = 16
@@ -96,6 +99,9 @@ class SpeculationGate:
         self.samples += 1
         if sum(self.rates) + (self.window - len(self.rates)) < self.threshold * self.window:
             self.closed, self.closed_at, self.mean_at_close = True, self.samples, self.mean
+            log.info("speculation off for good: acceptance rate %.3f over the last %d verifications is below the "
+                     "threshold %.3f (spec_acceptance_window=0 keeps it on)", self.mean, len(self.rates),
+                     self.threshold)
             return True
         return False
 

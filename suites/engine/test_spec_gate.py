@@ -87,11 +87,13 @@ def _closes_after(threshold, window=DEFAULT_WINDOW):
 # ---- in the engine -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
 def test_a_losing_draft_model_is_turned_off_after_the_window(target, loser, prompts, reference, kvcm_version,
-                                                             greedy_parity):
-    """Speculation stays off once the gate closes, though the cut-off (None: always) would speculate; the
-    tokens are plain decoding's, and the draft cache gives every page back."""
+                                                             greedy_parity, caplog):
+    """Speculation stays off once the gate closes, though the cut-off (None: always) would speculate, and the
+    log says why; the tokens are plain decoding's, and the draft cache gives every page back."""
     llm = build(target, loser, kvcm_version=kvcm_version)
-    outs = llm.generate(prompts, PARAMS)
+    with caplog.at_level("INFO", logger="kvcm.engine.spec_gate"):
+        outs = llm.generate(prompts, PARAMS)
+    assert [r.message for r in caplog.records if "speculation off for good" in r.message], caplog.text
     greedy_parity.check(compare_outputs(reference, outs, prompts, names=("hf", "gated")), model="tiny-llama-4l")
     gate, st = llm.spec_gate, llm.spec_stats
     assert gate.threshold == pytest.approx(parameter_share(loser, target)) and gate.threshold > 0.1
