@@ -186,6 +186,7 @@ def main(argv=None):
 
     import kvcm
     from kvcm.engine import LLM, SamplingParams
+    from kvcm.engine.spec_gate import DEFAULT_WINDOW
     from kvcm.models import load_smollm2, truncated_drafter
     from throughput import load_prompts, sync
 
@@ -219,7 +220,7 @@ def main(argv=None):
                   # the draft's cache sized on its own, so the target holds what plain decoding's engine holds
                   draft_kv_cache_config=cfg if drafter == "model" else None,
                   # exactness must verify drafts all the way: no acceptance gate there
-                  **({} if gate else {"spec_acceptance_window": 0}))
+                  spec_acceptance_window=DEFAULT_WINDOW if gate else 0)
         llm.generate(prompts[:2], SamplingParams(max_new_tokens=4))   # first launches, kernel compiles
         return llm
 
@@ -294,7 +295,6 @@ def main(argv=None):
         say(f"SPEED batch {b:>3} ({len(sets[b])} prompts): plain graph decode {plain[b][1]:9.1f} tok/s")
         out["speed"].append({"batch": b, "config": "plain", "tok_s": plain[b][1]})
     from kvcm.engine.spec_cutoff import DEFAULT_SPEC_MAX_CONCURRENCY
-    from kvcm.engine.spec_gate import DEFAULT_WINDOW
     cutoffs = {c: (DEFAULT_SPEC_MAX_CONCURRENCY if c == "default" else None if c == "none" else int(c))
                for c in args.cutoffs}
     for drafter in args.drafters if args.batches else ():

@@ -108,8 +108,8 @@ class LLM:
         steps above (TensorRT-LLM's ``max_concurrency``; ``spec_cutoff.py``, whose default comes from the H200);
         None speculates always, 0 never. ``spec_acceptance_window`` / ``spec_acceptance_threshold``: once the
         acceptance rate's mean over that many verifications falls below the threshold (None: the drafter's
-        break-even, its ``cost_per_draft`` clipped to [0, 1]), speculation stops for good (TensorRT-LLM's speculation gate,
-        ``spec_gate.py``; ``llm.spec_gate``); a window of 0 never stops.
+        break-even, its ``cost_per_draft`` clipped to [0, 1]), speculation stops for good (TensorRT-LLM's
+        speculation gate, ``spec_gate.py``; ``llm.spec_gate``); a window of 0 never stops.
 
         ``enable_block_reuse``: admit each request with its token ids so its prefill computes only what its
         manager has not cached (``reuse.py``; a draft model's cache reuses on its own); None follows

@@ -95,7 +95,8 @@ class Scheduler:
     # ---- scheduling ------------------------------------------------------------------------------------------
     def decide(self) -> bool:
         """Whether the next step speculates: ``spec_cutoff.should_speculate`` on the requests running and
-        waiting, and the acceptance gate open; False without a drafter. Asked before each step; the step's capacity calls follow it."""
+        waiting, and the acceptance gate open; False without a drafter. Asked before each step; the step's
+        capacity calls follow it."""
         if self.drafter is None:
             return False
         under = should_speculate(len(self.running) + len(self.waiting), max_concurrency=self.spec_max_concurrency,

@@ -73,7 +73,8 @@ def test_verifications_without_drafts_and_a_mean_at_the_threshold_leave_it_open(
     for _ in range(5):
         gate.record(0, 0)                 # nothing proposed: nothing to judge
     assert gate.samples == 0
-    gate.record(1, 2), gate.record(1, 2)
+    gate.record(1, 2)
+    gate.record(1, 2)
     assert not gate.closed, "a mean equal to the threshold breaks even: it stays open"
     gate.record(0, 2)
     assert gate.closed and gate.record(0, 0) is False and gate.samples == 3, "closed for good, nothing recorded"
