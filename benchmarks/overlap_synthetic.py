@@ -24,6 +24,7 @@ def main() -> int:
     from kvcm.engine import LLM, SamplingParams
     from kvcm.models import hf_generate
     from step_profile import describe, step_profile
+    from throughput import start_cold
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
@@ -42,6 +43,7 @@ def main() -> int:
     work, rates = prompts * 2, {}
     for overlap in (False, True):
         llm.pipeline.overlap = overlap
+        start_cold(llm)      # the second mode must not find the first's prompts cached
         torch.cuda.synchronize()
         t = time.perf_counter()
         outs = llm.generate(work, SamplingParams(max_new_tokens=200, ignore_eos=True))
