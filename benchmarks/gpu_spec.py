@@ -170,6 +170,8 @@ def main(argv=None):
     ap.add_argument("--cutoffs", nargs="+", default=["default"],
                     help="speed: spec_max_concurrency values to time, each against plain: 'default' (the engine's), "
                          "'none' (always speculate) or an integer (default: default)")
+    ap.add_argument("--spec-acceptance-window", type=int, default=None,
+                    help="speed: the acceptance gate's window for every cut-off but none (default: the engine's)")
     ap.add_argument("--prompts-per-slot", type=int, default=2, help="speed: batch x this many prompts, at least 4 (default 2)")
     ap.add_argument("--draft-layers", type=int, default=20, help="layers of the target kept as the draft model (default 20)")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs of each configuration, the median reported (default 2)")
@@ -191,6 +193,7 @@ def main(argv=None):
     import kvcm
     from kvcm.engine import LLM, SamplingParams
     from kvcm.engine.spec_gate import DEFAULT_WINDOW
+    window = DEFAULT_WINDOW if args.spec_acceptance_window is None else args.spec_acceptance_window
     from kvcm.models import load_smollm2, truncated_drafter
     from throughput import load_prompts, start_cold, sync
 
@@ -224,7 +227,7 @@ def main(argv=None):
                   # the draft's cache sized on its own, so the target holds what plain decoding's engine holds
                   draft_kv_cache_config=cfg if drafter == "model" else None,
                   # exactness must verify drafts all the way: no acceptance gate there
-                  spec_acceptance_window=DEFAULT_WINDOW if gate else 0)
+                  spec_acceptance_window=window if gate else 0)
         llm.generate(prompts[:2], SamplingParams(max_new_tokens=4))   # first launches, kernel compiles
         return llm
 
@@ -311,7 +314,7 @@ def main(argv=None):
                     llm.spec_max_concurrency = cutoff
                     # "none" is speculation unguarded (TensorRT-LLM's defaults: no cut-off, no gate); any other
                     # cut-off runs with the engine's acceptance gate
-                    llm.spec_acceptance_window = 0 if cutoff is None else DEFAULT_WINDOW
+                    llm.spec_acceptance_window = 0 if cutoff is None else window
                     outs, rate = timed(llm, sets[b], b)
                     same, line = _strict(plain[b][0], outs, sets[b], tok, args.tolerance, args.dtype == "float32")
                     ok &= same
