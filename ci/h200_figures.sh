@@ -13,7 +13,7 @@
 #               step; vllm/engine/arg_utils.py) instead of 256 and 8,192, twice back to back, then the few-shot
 #               8-shot run of kvcm V2 (no HF) at the same limits
 #   spec        benchmarks/gpu_spec.py: speculative decoding's exactness and speed against plain graph decode
-#   cutoff      benchmarks/gpu_spec.py --only speed (bf16, D = 4, both drafters, median of 3) at batch 1 .. 256, always
+#   cutoff      benchmarks/gpu_spec.py --only speed (bf16, D = 4, both drafters, median of 3) at batch 1, 4, 8 .. 256, always
 #               speculating and with the engine's default cut-off (spec_max_concurrency)
 #   reuse       SmolLM2's GPU-lane block-reuse gates (suites/engine/test_reuse_cuda.py), then benchmarks/fewshot.py
 #               on all 1,319 GSM8K questions 8-shot (bf16, batch 256): HF generate, kvcm V2 and V1 with reuse
@@ -76,7 +76,7 @@ for part in "${parts[@]}"; do
         --json "$out/fewshot_wide.json" 2>&1 | quiet | tee -a "$out/wide.log" ;;
     cutoff)
       timeout "$budget" python3 benchmarks/gpu_spec.py --only speed --dtype bfloat16 --drafts 4 \
-        --batches 1 8 16 32 64 256 --cutoffs none default --repeats 3 --token-buckets 16 64 256 1024 \
+        --batches 1 4 8 16 32 64 256 --cutoffs none default --repeats 3 --token-buckets 16 64 256 1024 \
         --json "$out/cutoff.json" 2>&1 | quiet | tee "$out/cutoff.log" ;;
     reuse)
       timeout -s INT 240 python3 -m pytest -p pytest_kvcm.plugin suites/engine/test_reuse_cuda.py -q -ra 2>&1 \

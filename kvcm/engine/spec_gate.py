@@ -25,8 +25,9 @@ goes with the parameter count; SmolLM2's 20-layer drafter: 0.74). ``window`` def
 drafter, keeping about 15% of its drafts, is turned off after 3 (8 (1 - 0.74) = 2.1 slots of the window left to
 fill at rate 1 could not lift the mean to 0.74), 3 steps of batch 1 at about 5 plain steps' time each. A longer
 window judges a drafter near its break-even on more samples but lets a losing one run longer: with 16 the same
-drafter ran 5 verifications, and a cold engine's first 512 tokens at batch 1 came out at 0.93x plain on an H100,
-against the 0.95x the engine holds itself to (0.99x with 8 on a CPU, where 16 gave 0.97x).
+drafter runs 5 verifications. On a 2-core CPU a cold engine's 512 tokens at batch 1 came out at 0.99x plain with
+8 and 0.97x with 16; on an H100 at 0.95x and 0.96x in one call (and 0.93x with 16 in another), so there the
+learning steps are not all of the drafter's cost (README, "Speculative decoding").
 
 The gate lives with the engine across ``generate`` calls (upstream's lives with the executor); a new drafter,
 window or threshold, or ``LLM.reset_spec_gate``, starts a new one. Tokens are plain greedy decoding's whether

@@ -33,6 +33,7 @@ def draft_model():
 
 def build(model, version, reuse, *, max_tokens=2048, **kw):
     kw.setdefault("spec_acceptance_window", 0)   # a drafter here is about its cache: it speculates, paying or not
+    kw.setdefault("spec_max_concurrency", None)  # at every batch, the cut-off's default notwithstanding
     return LLM(model, kvcm_version=version, max_batch_size=kw.pop("max_batch_size", 4), max_seq_len=256,
                enable_block_reuse=reuse, **kw,
                kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=TPB, max_tokens=max_tokens, dtype="float32"))

@@ -34,6 +34,7 @@ def spec(target, drafter, d, tv="v2", dv="v2", max_tokens=2048, tpb=8, **kw):
     kw.setdefault("max_batch_size", 16)
     kw.setdefault("max_seq_len", 256)
     kw.setdefault("spec_acceptance_window", 0)   # these test the caches under speculation, paying or not
+    kw.setdefault("spec_max_concurrency", None)  # at every batch, the cut-off's default notwithstanding
     return LLM(target, kvcm_version=tv, kv_cache_config=cfg, max_draft_len=d, drafter=drafter,
                draft_kvcm_version=dv, **kw)
 
