@@ -87,6 +87,7 @@ def load(model: str, dtype: torch.dtype, device: str):
 def run_kvcm(model, tok, prompts, args, version: str, reuse: bool) -> dict:
     import kvcm
     from kvcm.engine import LLM, SamplingParams
+    from throughput import start_cold
     cuda = torch.device(args.device).type == "cuda"
     dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[model.dtype]
     max_seq = max(map(len, prompts)) + args.max_new_tokens + 8
@@ -102,8 +103,7 @@ def run_kvcm(model, tok, prompts, args, version: str, reuse: bool) -> dict:
     # warm up, then drop what the warm-up cached: the timed run starts with nothing cached
     warm = [int(t) for t in tok("The warm-up run of this engine.", add_special_tokens=False).input_ids]
     llm.generate([warm, warm[::-1]], SamplingParams(max_new_tokens=4))
-    if not llm.reset_prefix_cache():
-        raise SystemExit("reset_prefix_cache refused after the warm-up")
+    start_cold(llm)
     sync(args.device)
     setup = time.perf_counter() - t
     sync(args.device)

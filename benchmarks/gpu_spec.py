@@ -193,9 +193,9 @@ def main(argv=None):
     import kvcm
     from kvcm.engine import LLM, SamplingParams
     from kvcm.engine.spec_gate import DEFAULT_WINDOW
-    window = DEFAULT_WINDOW if args.spec_acceptance_window is None else args.spec_acceptance_window
     from kvcm.models import load_smollm2, truncated_drafter
     from throughput import load_prompts, start_cold, sync
+    window = DEFAULT_WINDOW if args.spec_acceptance_window is None else args.spec_acceptance_window
 
     t0 = time.perf_counter()
     dev = args.device

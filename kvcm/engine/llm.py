@@ -105,7 +105,7 @@ class LLM:
         unless ``draft_kv_cache_config`` sizes the draft's cache on its own).
 
         ``spec_max_concurrency``: speculate only while at most this many requests are active, plain (overlapped)
-        steps above (TensorRT-LLM's ``max_concurrency``; ``spec_cutoff.py``, whose default comes from the H200);
+        steps above (TensorRT-LLM's ``max_concurrency``; ``spec_cutoff.py``, whose default comes from a GPU run);
         None speculates always, 0 never. ``spec_acceptance_window`` / ``spec_acceptance_threshold``: once the
         acceptance rate's mean over that many verifications falls below the threshold (None: the drafter's
         break-even, its ``cost_per_draft`` clipped to [0, 1]), speculation stops for good (TensorRT-LLM's
