@@ -131,6 +131,17 @@ class ModelDrafter:
             return self.graphs.run(static, items)[0]
         return sampler.greedy(self.runner.run(items))[0]
 
+    def _prefill(self, items: list[StepItem]) -> None:
+        """Forwards that only write the draft's KV (this step's prefill chunks, a resync's refill): queued, never
+        read. They replay a token bucket where one fits, as the target's prefill does: run eagerly, a step of
+        launches for every layer, the 20-layer SmolLM2 drafter's first prefill took an H200 13-17 ms against
+        0.7 ms for the target's replayed one, most of what a gated drafter cost at batch 1 and 4."""
+        static = self.graphs.pick(items) if self.graphs is not None else None
+        if static is not None:
+            self.graphs.launch(static, items)
+        else:
+            self.runner.run(items)
+
     def _catch_up(self, seq) -> StepItem:
         """The step's first draft forward for ``seq``: every token the draft's cache lacks (1, or 2 after a step
         that accepted every draft), so its proposals see the whole committed text."""
@@ -145,10 +156,10 @@ class ModelDrafter:
         first = [self._catch_up(s) for s, _ in dec]
         refills = [self.refill.pop(s.request_id) for s, _ in dec if s.request_id in self.refill]
         if refills:
-            self.runner.run(refills)
+            self._prefill(refills)
         if not dec:
             if chunks:
-                self.runner.run(chunks)
+                self._prefill(chunks)
             return
         toks = self._greedy(first + chunks)
         proposals = [[t] for t in toks]
