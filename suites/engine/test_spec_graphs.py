@@ -77,6 +77,24 @@ def test_ngram_speculation_replays_verification_shapes(kvcm_version):
     assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
 
 
+def test_draft_prefill_replays_a_token_bucket(kvcm_version):
+    """A step of prefill chunks alone feeds the draft model through its token buckets, as the target's prefill
+    goes: run eagerly, a launch for each kernel of every layer, the 20-layer SmolLM2 drafter's first prefill took
+    an H200 13-17 ms against 0.7 ms for the target's replayed one (README, "Speculative decoding")."""
+    model, _ = tiny_model("llama", seed=2, num_hidden_layers=4)
+    cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=256, dtype="float32")
+    llm = LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4, max_seq_len=96,
+              max_draft_len=D, drafter=truncated_drafter(model, 2), draft_kvcm_version=kvcm_version, device="cpu",
+              cuda_graph=True, cuda_graph_token_buckets=[32], spec_acceptance_window=0)
+    prompts = _prompts((6, 11, 3), seed=3)      # admitted together: the first step is prefill chunks alone
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    outs = llm.generate(prompts, params)
+    assert llm.drafter.graphs.num_bucket_replays >= 1
+    ref = LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4,
+              max_seq_len=96).generate(prompts, params)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
+
+
 @pytest.mark.gpu(count=1)
 @pytest.mark.parametrize("tv", ["v1", "v2"])
 def test_spec_warmup_on_a_page_boundary_captures_every_shape_on_gpu(tv):
