@@ -125,22 +125,20 @@ class ModelDrafter:
             self.graphs = None
 
     # ---- forwards -------------------------------------------------------------------------------------------
-    def _greedy(self, items: list[StepItem]) -> list[int]:
+    def _launch(self, items: list[StepItem]):
+        """Queue one draft forward over ``items`` without waiting: the packed greedy rows
+        (``sampler.greedy_packed``) and how many are real. Every draft forward, decode or prefill, replays a
+        static step where one fits, as the target's do: run eagerly, a launch for each kernel of every layer, the
+        20-layer SmolLM2 drafter's first prefill took an H200 13-17 ms against 0.7 ms for the target's replayed
+        one, most of what a gated drafter cost at batch 1 and 4."""
         static = self.graphs.pick(items) if self.graphs is not None else None
         if static is not None:
-            return self.graphs.run(static, items)[0]
-        return sampler.greedy(self.runner.run(items))[0]
+            return self.graphs.launch(static, items)
+        packed = sampler.greedy_packed(self.runner.run(items))
+        return packed, packed.shape[1]
 
-    def _prefill(self, items: list[StepItem]) -> None:
-        """Forwards that only write the draft's KV (this step's prefill chunks, a resync's refill): queued, never
-        read. They replay a token bucket where one fits, as the target's prefill does: run eagerly, a step of
-        launches for every layer, the 20-layer SmolLM2 drafter's first prefill took an H200 13-17 ms against
-        0.7 ms for the target's replayed one, most of what a gated drafter cost at batch 1 and 4."""
-        static = self.graphs.pick(items) if self.graphs is not None else None
-        if static is not None:
-            self.graphs.launch(static, items)
-        else:
-            self.runner.run(items)
+    def _greedy(self, items: list[StepItem]) -> list[int]:
+        return sampler.unpack(*self._launch(items))[0]
 
     def _catch_up(self, seq) -> StepItem:
         """The step's first draft forward for ``seq``: every token the draft's cache lacks (1, or 2 after a step
@@ -156,10 +154,10 @@ class ModelDrafter:
         first = [self._catch_up(s) for s, _ in dec]
         refills = [self.refill.pop(s.request_id) for s, _ in dec if s.request_id in self.refill]
         if refills:
-            self._prefill(refills)
+            self._launch(refills)      # KV only: nothing read
         if not dec:
             if chunks:
-                self._prefill(chunks)
+                self._launch(chunks)
             return
         toks = self._greedy(first + chunks)
         proposals = [[t] for t in toks]
