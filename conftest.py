@@ -19,7 +19,7 @@ pytest_plugins = ["pytester"]
 
 
 def pytest_configure(config):
-    """README.md's code blocks run as tests (pytest-codeblocks, the test extra; README.md is in testpaths).
+    """README.md's and docs/*.md's code blocks run as tests (pytest-codeblocks, the test extra; both are in testpaths).
 
     Switched on here rather than by ``--codeblocks`` in addopts, so a machine without the plugin (a GPU image
     running its lane) still parses the command line. Their shell commands (``kvcm plan``) come from this

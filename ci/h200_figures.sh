@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's H200 figures, for a GPU machine where the project is not pip-installed. Parts (all by default, in
+# The H200 figures of docs/benchmarks.md, for a GPU machine where the project is not pip-installed. Parts (all by default, in
 # this order; name some to run only those, e.g. `bash ci/h200_figures.sh lane`, since one device call lasts at
 # most 10 minutes):
 #   throughput  benchmarks/throughput.py on all 1,319 GSM8K questions (256 new tokens, batch 256, bf16): tok/s and

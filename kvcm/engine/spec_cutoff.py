@@ -14,7 +14,7 @@ a verification costs what it computes, so speculation loses (on the H200, SmolLM
 
 :func:`should_speculate` is TensorRT-LLM's test, run before every step on the requests running and waiting.
 Unlike TensorRT-LLM, ``LLM`` does not default to "always": its default, :data:`DEFAULT_SPEC_MAX_CONCURRENCY`,
-comes from ``benchmarks/gpu_spec.py --only speed`` (README, "Speculative decoding"). Run with every timed run
+comes from ``benchmarks/gpu_spec.py --only speed`` (docs/benchmarks.md, "The speculation cut-off"). Run with every timed run
 cold, on an H100, batch 8 did not reliably pay: the n-gram pool at D = 4 gave 0.91x-1.04x plain over two runs
 and the draft model under the acceptance gate 0.94x-0.95x, while batch 1 gave 1.26x-1.34x with the pool. So
 the default is 4, below the batch that lost and the value vLLM's test of its disable-by-batch-size uses

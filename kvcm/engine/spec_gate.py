@@ -28,7 +28,7 @@ window judges a drafter near its break-even on more samples but lets a losing on
 drafter runs 5 verifications. On a 2-core CPU a cold engine's 512 tokens at batch 1 came out at 0.99x plain with
 8 and 0.97x with 16; on an H100 at 0.95x and 0.96x in one call (and 0.93x with 16 in another). There the
 learning steps were not all of the drafter's cost: its first prefill ran eagerly, 13-17 ms on an H200 against
-0.7 ms for the target's replayed one, until it replayed token buckets too (README, "Speculative decoding").
+0.7 ms for the target's replayed one, until it replayed token buckets too (docs/benchmarks.md, "The speculation gate").
 
 The gate lives with the engine across ``generate`` calls (upstream's lives with the executor); a new drafter,
 window or threshold, or ``LLM.reset_spec_gate``, starts a new one. Tokens are plain greedy decoding's whether

@@ -1,4 +1,4 @@
-"""``kvcm plan`` on the two worked parallel deployments of the README, every number worked out here from
+"""``kvcm plan`` on the two worked parallel deployments of docs/managers.md, every number worked out here from
 TensorRT-LLM's per-rank sizing (``resource_manager.py`` ``KVCacheManager.__init__`` heads per rank,
 ``calculate_max_num_blocks`` with its allreduce MIN over ranks; ``mapping.py`` ``MappingBase.dp_size``).
 """

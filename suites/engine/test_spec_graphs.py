@@ -80,7 +80,7 @@ def test_ngram_speculation_replays_verification_shapes(kvcm_version):
 def test_draft_prefill_replays_a_token_bucket(kvcm_version):
     """A step of prefill chunks alone feeds the draft model through its token buckets, as the target's prefill
     goes: run eagerly, a launch for each kernel of every layer, the 20-layer SmolLM2 drafter's first prefill took
-    an H200 13-17 ms against 0.7 ms for the target's replayed one (README, "Speculative decoding")."""
+    an H200 13-17 ms against 0.7 ms for the target's replayed one (docs/benchmarks.md, "The speculation gate")."""
     model, _ = tiny_model("llama", seed=2, num_hidden_layers=4)
     cfg = kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=256, dtype="float32")
     llm = LLM(model, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=4, max_seq_len=96,

@@ -40,7 +40,7 @@ def test_attention_dp_text_multiplies_by_the_ranks(capsys):
 
 
 def test_one_gpu_options_leave_the_plan_as_it_was(capsys):
-    """``--tp 1 --pp 1`` is the default plan: no parallel fields, the README's text unchanged."""
+    """``--tp 1 --pp 1`` is the default plan: no parallel fields, the README's `kvcm plan` text unchanged."""
     assert kvcm.cli.main(["plan", "--json"]) == 0
     default = capsys.readouterr().out
     assert kvcm.cli.main(["plan", "--tp", "1", "--pp", "1", "--json"]) == 0

@@ -1,12 +1,13 @@
-"""The README's recipes for a manager's maintainer, run as they would run them (issue 27.3 and 27.4): the wheel
+"""The maintainer's recipes (README.md's contract recipe, docs/plugin.md's engine tests), run as a maintainer would
+run them (issue 27.3 and 27.4): the wheel
 built from this checkout is pip-installed into a fresh venv with its declared dependencies and nothing else
 (``_wheel_venv.py``), and that venv's ``pytest`` starts in a new project directory outside the checkout.
 
 * the contract suites: the README's adapter as ``conftest.py`` and the README's command pass; the README's
   leaking adapter fails with the lines the README shows; a broken adapter is one usage error;
-* the engine's own tests: the README's ``test_my_engine.py`` (page boundary, GSM8K gate, greedy parity) beside
-  a toy engine, the README's reference YAML and a GSM8K-format data directory pass, and a broken engine fails all
-  three with the lines the README shows.
+* the engine's own tests: docs/plugin.md's ``test_my_engine.py`` (page boundary, GSM8K gate, greedy parity) beside
+  a toy engine, its reference YAML and a GSM8K-format data directory pass, and a broken engine fails all
+  three with the lines docs/plugin.md shows.
 .ci/run runs this module every run (it is in the README's test command, not marked slow).
 """
 
@@ -26,18 +27,19 @@ from test_targets import readme_adapter
 pytestmark = pytest.mark.cpu_only
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+PLUGIN_DOC = (ROOT / "docs" / "plugin.md").read_text()
 
 
-def readme_block(heading: str, opening: str) -> str:
-    """The body of the first README block that opens with ``opening`` after the text ``heading``."""
-    at = README.index(opening, README.index(heading))
-    body = README.index("\n", at) + 1
-    return README[body:README.index("```", body)]
+def readme_block(heading: str, opening: str, text: str = README) -> str:
+    """The body of the first block of ``text`` (README.md unless given) that opens with ``opening`` after the text ``heading``."""
+    at = text.index(opening, text.index(heading))
+    body = text.index("\n", at) + 1
+    return text[body:text.index("```", body)]
 
 
 def recipe_commands() -> list[str]:
     """The pytest commands of the README's recipe block, as written there."""
-    block = readme_block("#### In your own project", "```bash")
+    block = readme_block("### In your own project", "```bash")
     return [line.split("#")[0].strip() for line in block.splitlines() if line.startswith("pytest ")]
 
 
@@ -175,15 +177,15 @@ def venv_hf(wheel, tmp_path_factory):
 def test_engine_fixtures_recipe_from_a_fresh_venv_outside_the_checkout(venv_hf, tmp_path):
     project = new_project(tmp_path)
     (project / "my_engine.py").write_text(MY_ENGINE)
-    (project / "test_my_engine.py").write_text(readme_block("Your engine's own tests", "```python"))
+    (project / "test_my_engine.py").write_text(readme_block("## Your engine's own tests", "```python", PLUGIN_DOC))
     (project / "ci" / "references").mkdir(parents=True)
-    reference = textwrap.dedent(readme_block("`--kvcm-accuracy=measure` prints", "```yaml"))
+    reference = textwrap.dedent(readme_block("`--kvcm-accuracy=measure` prints", "```yaml", PLUGIN_DOC))
     (project / "ci" / "references" / "gsm8k.yaml").write_text(reference)
     (project / "data").mkdir()
     (project / "data" / "test.jsonl").write_text(gsm8k_rows([(3 * i + 4, 5 * i + 2) for i in range(8)]))
     (project / "data" / "train.jsonl").write_text(gsm8k_rows([(i + 1, 2 * i + 9) for i in range(6)]))
     command = "pytest --kvcm-gsm8k=data -ra"
-    assert f"`{command}` in that directory runs them" in README
+    assert f"`{command}` in that directory runs them" in PLUGIN_DOC
 
     proc = run(venv_hf, project, command)
     out = proc.stdout + proc.stderr
@@ -194,4 +196,4 @@ def test_engine_fixtures_recipe_from_a_fresh_venv_outside_the_checkout(venv_hf, 
     proc = run(venv_hf, project, command)
     out = proc.stdout + proc.stderr
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
-    assert_shown_lines(readme_block("fails all three with its numbers", "```text"), proc.stdout)
+    assert_shown_lines(readme_block("fails all three with its numbers", "```text", PLUGIN_DOC), proc.stdout)
