@@ -30,8 +30,8 @@ def pytest_addoption(parser):
 
 
 def selected_modes(config) -> list[str]:
-    choice = config.getoption("kvcm_reuse") or config.getini("kvcm_reuse") or DEFAULT
-    if choice not in CHOICES:
+    choice = config.getoption("kvcm_reuse") or config.getini("kvcm_reuse")
+    if choice not in CHOICES:  # "-o kvcm_reuse=" (empty) too: it used to mean the default silently
         raise pytest.UsageError(f"kvcm_reuse={choice!r} is invalid: choose one of {', '.join(CHOICES)}")
     return ["on", "off"] if choice == "both" else [choice]
 
