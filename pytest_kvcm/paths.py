@@ -108,3 +108,15 @@ def _is_ours(path: Path, ours: Callable[[Path], bool]) -> bool:
         return bool(ours(path))
     except (OSError, ValueError):
         return False
+
+
+def report_problem(given: str | Path, *keys: str) -> str | None:
+    """``output_problem`` for a JSON report a command rewrites: only a JSON object holding ``keys`` (an earlier
+    report of that command) may be replaced."""
+    import json
+
+    def ours(path: Path) -> bool:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return isinstance(data, dict) and set(keys) <= set(data)
+
+    return output_problem(given, ours=ours)

@@ -156,6 +156,19 @@ def test_recording_durations_refuses_a_file_it_cannot_own_at_start_up(pytester, 
     assert (target.read_text() if target.is_file() else None) == before
 
 
+@pytest.mark.parametrize("bench", ["throughput", "fewshot", "gpu_spec"])
+def test_benchmark_json_never_replaces_a_file_it_did_not_write(tmp_path, monkeypatch, bench):
+    """Checked after the arguments, before the model loads: the report used to be written over any file."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    module = __import__(bench)
+    mine = tmp_path / "config.json"
+    mine.write_text('{"model_type": "llama"}')
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--json", str(mine)])
+    assert f"--json {mine}: exists and was not written by this command" in str(exc.value)
+    assert mine.read_text() == '{"model_type": "llama"}'
+
+
 # ----------------------------------------------------------------------------------------------- scripts
 @pytest.fixture
 def user_dir(tmp_path):
