@@ -56,7 +56,7 @@ def side_by_side_reuse(make_target):
             self.count += 1
             ids, rid = _prompt(data), f"r{self.count}"
             assume(self.oracle.lookup(ids + [0]) == self.oracle.lookup(ids))   # not every block cached already
-            if "whole_node_eviction" in self.target.differences:
+            if self.target.differs("whole_node_eviction", "only steps that evict nothing or are refused"):
                 # no step that evicts: a radix tree (SGLang) evicts whole nodes where kvcm evicts block by block
                 fresh = -(-len(ids) // PS) - self.oracle.lookup(ids) // PS
                 free, cached = self.oracle.free_pages(), self.oracle.cached_pages()

@@ -17,7 +17,7 @@ What is checked, on a small pool (``PROBE``) built through the registered factor
 * the optional capacity query comes as a pair: ``available_tokens`` returns an int, and an adapter with one of
   ``available_tokens``/``allocate_generation`` has both (the tests that use them call both);
 * an attribute that raises when read (a property) is reported as the adapter's, never an ``INTERNALERROR``;
-  ``differences`` is a dict of check name -> reason (``require`` looks names up in it);
+  ``differences`` is a dict of check name -> reason whose keys are those of ``differences.KEYS`` / ``NOTES``;
 * an adapter's own ``allocate_batch`` returns a bool for a batch of one probe request.
 
 Only user-registered targets are probed: the built-in adapters are the contract suites' own subjects, and
@@ -33,6 +33,7 @@ import numbers
 import pytest
 
 from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
+from .differences import KEYS, NOTES, unknown_keys
 
 PROBE = PoolSpec(num_pages=16, page_size=16, max_model_len=256)
 REQUIRED = ("free_pages", "held_pages", "_allocate", "_grow", "_free")
@@ -98,6 +99,11 @@ def check_target(target) -> None:
                                                     for k, v in differences.items()):
         raise AdapterError("differences", f"differences must be a dict of check name -> reason (str -> str); it is "
                                           f"{differences!r:.80} ({type(differences).__name__})")
+    unknown = unknown_keys(differences)
+    if unknown:
+        raise AdapterError("differences", f"unknown key {unknown[0]!r}: no contract test reads it, so it would relax "
+                                          f"nothing; keys: {', '.join(KEYS)} (notes that relax nothing: "
+                                          f"{', '.join(NOTES)}; docs/contract.md)")
     has = [m for m in PAIRED if callable(_attr(target, m))]
     if len(has) == 1:
         other = next(m for m in PAIRED if m not in has)
