@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+
+from pytest_kvcm.reuse_option import selected_modes
 
 from .adapter_check import check_registered
 from .contract import TargetUnavailable
@@ -77,17 +81,34 @@ def kvcm_target_name(request) -> str:
 
 
 @pytest.fixture
-def kvcm_target(request, kvcm_target_name):
+def kvcm_target(request, kvcm_target_name, kvcm_reuse):
     """``kvcm_target(PoolSpec(...))`` builds a fresh manager of this test's target; skips with the install hint
-    when the engine is missing."""
+    when the engine is missing.
+
+    ``--kvcm-reuse`` applies here as everywhere: with reuse on (the default) a target that has block reuse is
+    built with it on for every test, so the allocation contract is checked on a pool that caches, as engines
+    run by default; with it off the block-reuse tests skip and every pool is built without reuse; ``both`` runs
+    each test twice (ids ``[<target>-reuse]`` / ``[<target>-noreuse]``), the reuse instance only where the target
+    has reuse."""
     factory = request.config._kvcm_targets[kvcm_target_name]
 
-    def make(spec):
+    def build(spec):
         try:
             target = factory(spec)
         except TargetUnavailable as exc:
             pytest.skip(f"target {kvcm_target_name}: {exc}")
         target._kvcm_node = request.node  # where differs() records what a declared difference relaxed
+        return target
+
+    def make(spec):
+        if spec.reuse and not kvcm_reuse:
+            pytest.skip("block reuse is off in this run (--kvcm-reuse=off, or the noreuse instance of both)")
+        target = build(spec)
+        if kvcm_reuse and not spec.reuse:
+            if getattr(target, "supports_reuse", False) is True:
+                return build(dataclasses.replace(spec, reuse=True))
+            if len(selected_modes(request.config)) > 1:
+                pytest.skip(f"target {kvcm_target_name} has no block reuse: its noreuse instance runs this test")
         return target
 
     make.name = kvcm_target_name
