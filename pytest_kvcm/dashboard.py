@@ -21,11 +21,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from kvcm.versions import NAMES as VERSIONS
+
 from .paths import output_problem
 from .results import COLUMNS, DEFAULT_PATH, store_problem
 
-VERSIONS = ("v1", "v2")
-COLORS = {"v1": "#2563eb", "v2": "#ea580c", None: "#6b7280"}
+PALETTE = ("#2563eb", "#ea580c", "#16a34a", "#9333ea")   # one colour a version, in the registry's order
+COLORS = {**dict(zip(VERSIONS, PALETTE)), None: "#6b7280"}
 
 
 def esc(value: Any) -> str:

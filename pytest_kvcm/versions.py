@@ -6,7 +6,7 @@ when the run excludes every version a test allows, the test is deselected (with 
 not failed. ``auto`` runs each test once with the version the model declares (V1 where none is declared):
 ``kvcm_manager_factory`` asks kvcm per model, and the ``kvcm_version`` fixture is always a concrete version
 (``v1``/``v2``), the one ``auto`` picks for a model with no preference, so no test maps ``auto`` itself.
-A test that parametrizes ``kvcm_version`` itself (``@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])``:
+A test that parametrizes ``kvcm_version`` itself (``@pytest.mark.parametrize("kvcm_version", kvcm.versions.NAMES)``:
 a comparison that needs both whatever the run) keeps its own list.
 """
 
@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import pytest
 
+from kvcm import versions as registry
 from kvcm.deprecation import renamed_attribute
 
-CHOICES = ("v1", "v2", "both", "auto")
+CHOICES = (*registry.NAMES, registry.ALL, registry.AUTO)
 _EXCLUDED = "excluded"
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("kvcm")
     group.addoption("--kvcm-version", choices=CHOICES, default=None,
-                    help="KV cache manager version(s) to run manager tests with: v1, v2, both or auto "
-                         "(ini: kvcm_version; default auto)")
-    parser.addini("kvcm_version", "default for --kvcm-version", default="auto")
+                    help=f"KV cache manager version(s) to run manager tests with: {', '.join(CHOICES)} "
+                         f"(ini: kvcm_version; default {registry.AUTO})")
+    parser.addini("kvcm_version", "default for --kvcm-version", default=registry.AUTO)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -34,10 +35,10 @@ def pytest_configure(config) -> None:
 
 
 def selected_versions(config) -> list[str]:
-    choice = config.getoption("kvcm_version") or config.getini("kvcm_version") or "auto"
+    choice = config.getoption("kvcm_version") or config.getini("kvcm_version") or registry.AUTO
     if choice not in CHOICES:
         raise pytest.UsageError(f"kvcm_version={choice!r} is invalid: choose one of {', '.join(CHOICES)}")
-    return ["v1", "v2"] if choice == "both" else [choice]
+    return registry.selected(choice)
 
 
 def _allowed(metafunc_or_item) -> list[str] | None:
@@ -64,7 +65,7 @@ def pytest_generate_tests(metafunc):
     allowed = _allowed(metafunc)
     if allowed is None:
         versions = run
-    elif run == ["auto"]:
+    elif run == [registry.AUTO]:
         versions = allowed
     else:
         versions = [v for v in run if v in allowed]
@@ -110,10 +111,8 @@ def _requested(request) -> str:
 def kvcm_version(request) -> str:
     """The manager version this test instance runs with: 'v1' or 'v2' (``auto`` resolved as kvcm resolves it
     for a model that declares no preference)."""
-    from kvcm.factory import DEFAULT_VERSION
-
     requested = _requested(request)
-    return DEFAULT_VERSION if requested == "auto" else requested
+    return registry.DEFAULT if requested == registry.AUTO else requested
 
 
 class ManagerFactory:
@@ -150,5 +149,5 @@ def _default_config(model):
 def kvcm_manager_factory(request, kvcm_version, kvcm_reuse) -> ManagerFactory:
     """``kvcm_manager_factory(model_spec, kv_cache_config, limits)`` (or the limits as keywords:
     ``max_batch_size=..., max_seq_len=..., ...``); reuse as the run's ``--kvcm-reuse`` says."""
-    auto = selected_versions(request.config) == ["auto"] and _allowed(request.node) is None
-    return ManagerFactory(kvcm_version, "auto" if auto else kvcm_version, kvcm_reuse)
+    auto = selected_versions(request.config) == [registry.AUTO] and _allowed(request.node) is None
+    return ManagerFactory(kvcm_version, registry.AUTO if auto else kvcm_version, kvcm_reuse)
