@@ -17,16 +17,11 @@ import pytest
 from kvcm import versions as registry
 from kvcm.deprecation import renamed_attribute
 
-CHOICES = (*registry.NAMES, registry.ALL, registry.AUTO)
+from .options import VERSION_CHOICES as CHOICES, VERSION_DEFAULT, choice, parametrized_by_test
+
 _EXCLUDED = "excluded"
-
-
-def pytest_addoption(parser):
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-version", choices=CHOICES, default=None,
-                    help=f"KV cache manager version(s) to run manager tests with: {', '.join(CHOICES)} "
-                         f"(ini: kvcm_version; default {registry.AUTO})")
-    parser.addini("kvcm_version", "default for --kvcm-version", default=registry.AUTO)
+# (summary line, [(node id, versions it allows)]) of the tests this run's versions deselected
+DESELECTED = pytest.StashKey[tuple]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -35,10 +30,7 @@ def pytest_configure(config) -> None:
 
 
 def selected_versions(config) -> list[str]:
-    choice = config.getoption("kvcm_version") or config.getini("kvcm_version") or registry.AUTO
-    if choice not in CHOICES:
-        raise pytest.UsageError(f"kvcm_version={choice!r} is invalid: choose one of {', '.join(CHOICES)}")
-    return registry.selected(choice)
+    return registry.selected(choice(config, "kvcm_version", CHOICES, VERSION_DEFAULT))
 
 
 def _allowed(metafunc_or_item) -> list[str] | None:
@@ -47,19 +39,8 @@ def _allowed(metafunc_or_item) -> list[str] | None:
     return None if marker is None else list(marker.args)
 
 
-def _parametrized_by_test(metafunc) -> bool:
-    """Whether the test's own ``parametrize`` marker names ``kvcm_version``."""
-    for marker in metafunc.definition.iter_markers("parametrize"):
-        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
-        if isinstance(names, str):
-            names = names.split(",")
-        if "kvcm_version" in (n.strip() for n in names):
-            return True
-    return False
-
-
 def pytest_generate_tests(metafunc):
-    if "kvcm_version" not in metafunc.fixturenames or _parametrized_by_test(metafunc):
+    if "kvcm_version" not in metafunc.fixturenames or parametrized_by_test(metafunc, "kvcm_version"):
         return
     run = selected_versions(metafunc.config)
     allowed = _allowed(metafunc)
@@ -85,10 +66,10 @@ def pytest_collection_modifyitems(config, items):
             keep.append(item)
     if drop:
         run = ", ".join(selected_versions(config))
-        config._kvcm_version_deselected = [(i.nodeid.removesuffix(f"[{_EXCLUDED}]"), _allowed(i)) for i in drop]
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-        config._kvcm_version_reason = f"{len(drop)} test(s) need a kvcm version this run ({run}) excludes"
+        config.stash[DESELECTED] = (f"{len(drop)} test(s) need a kvcm version this run ({run}) excludes",
+                                    [(i.nodeid.removesuffix(f"[{_EXCLUDED}]"), _allowed(i)) for i in drop])
 
 
 def pytest_report_header(config):
@@ -96,10 +77,10 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    reason = getattr(config, "_kvcm_version_reason", None)
-    if reason:
+    if DESELECTED in config.stash:
+        reason, deselected = config.stash[DESELECTED]
         terminalreporter.write_line(f"kvcm: deselected {reason}:")
-        for nodeid, allowed in config._kvcm_version_deselected:
+        for nodeid, allowed in deselected:
             terminalreporter.write_line(f"  {nodeid} runs only on {', '.join(allowed)}")
 
 

@@ -29,16 +29,6 @@ _RECORD = pytest.StashKey[dict]()  # node id -> seconds, while recording
 _PATH = pytest.StashKey[Path]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-stage-split", dest="kvcm_stage_split", default=None, metavar="K/N",
-                    help="run stage K of N of the lane (1 <= K <= N), stages balanced by recorded durations")
-    group.addoption("--kvcm-durations", dest="kvcm_durations", default=None, metavar="PATH",
-                    help="durations file for --kvcm-stage-split / --kvcm-record-durations "
-                    "(default ci/durations/<lane>.json under rootdir)")
-    group.addoption("--kvcm-record-durations", dest="kvcm_record_durations", action="store_true", default=False,
-                    help="merge this run's test durations into the durations file at the end")
-
 
 def parse_split(text: str) -> tuple[int, int]:
     """``"2/5"`` -> ``(2, 5)``; a usage error naming the value otherwise."""
