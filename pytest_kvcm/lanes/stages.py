@@ -33,19 +33,6 @@ _PATH = pytest.StashKey[Path]()
 _OUT = pytest.StashKey[Path]()  # where recorded durations go when not the durations file
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-stage-split", dest="kvcm_stage_split", default=None, metavar="K/N",
-                    help="run stage K of N of the lane (1 <= K <= N), stages balanced by recorded durations")
-    group.addoption("--kvcm-durations", dest="kvcm_durations", default=None, metavar="PATH",
-                    help="durations file for --kvcm-stage-split / --kvcm-record-durations "
-                    "(default ci/durations/<lane>.json under rootdir)")
-    group.addoption("--kvcm-record-durations", dest="kvcm_record_durations", action="store_true", default=False,
-                    help="merge this run's test durations into the durations file at the end")
-    group.addoption("--kvcm-durations-out", dest="kvcm_durations_out", default=None, metavar="PATH",
-                    help="with --kvcm-record-durations: merge them into PATH instead, leaving the durations file "
-                    "(and so every stage's cut) as it is")
-
 
 def parse_split(text: str) -> tuple[int, int]:
     """``"2/5"`` -> ``(2, 5)``; a usage error naming the value otherwise."""
