@@ -25,7 +25,7 @@ from pytest_kvcm.targets.kvcm_targets import KvcmV1Target, KvcmV2Target
 PS = 16
 POOL = 12
 PREFIXES = [[1] * PS * 3, [1] * PS * 2 + [2] * PS, [3] * PS * 4, [4] * PS]   # families that share blocks
-ORACLES = {"v1": KvcmV1Target, "v2": KvcmV2Target}
+ORACLES = {"v1": KvcmV1Target, "v2": KvcmV2Target}   # the keys are contract.REUSE_ORACLES, checked at start-up
 
 
 def _prompt(data) -> list[int]:

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from kvcm import startup
 
 
+REUSE_ORACLES = ("v1", "v2")  # kvcm versions the reuse state machine can compare a target with
+
+
 class TargetUnavailable(Exception):
     """The engine is not installed (or cannot run here); the message is the install hint."""
 
