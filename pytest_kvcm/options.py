@@ -11,13 +11,15 @@ import pytest
 
 from kvcm import versions as _versions
 
+from .targets import declared as _targets
+
 # --kvcm-version: a concrete version, every version ('both') or the model's preference ('auto')
 VERSION_CHOICES = (*_versions.NAMES, _versions.ALL, _versions.AUTO)
 VERSION_DEFAULT = _versions.AUTO
 # --kvcm-reuse: TensorRT-LLM's KvCacheConfig turns block reuse on by default, and so does the plugin
 REUSE_CHOICES = ("on", "off", "both")
 REUSE_DEFAULT = "on"
-TARGETS_DEFAULT = "kvcm-v1,kvcm-v2,kvcm-v4,trtllm,hf"
+TARGETS_DEFAULT = _targets.DEFAULT
 RESULTS_PATH = ".kvcm/results.sqlite"
 ENV_MACHINE = "KVCM_MACHINE_JSON"
 ACCURACY_MODES = ("gate", "measure", "smoke")
@@ -92,8 +94,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
     # managers under test: targets/plugin.py
     group.addoption("--kvcm-target", default=None, metavar="NAMES",
-                    help="comma-separated managers under test for the contract suites: kvcm-v1, kvcm-v2, kvcm-v4, "
-                         f"vllm, sglang, hf, trtllm, your own, or 'all' (ini: kvcm_target; default {TARGETS_DEFAULT})")
+                    help="comma-separated managers under test for the contract suites: "
+                         f"{', '.join(_targets.BY_NAME)}, your own, or 'all' (ini: kvcm_target; default "
+                         f"{TARGETS_DEFAULT})")
     parser.addini("kvcm_target", "default for --kvcm-target", default=TARGETS_DEFAULT)
 
     # accuracy gates: accuracy/plugin.py
