@@ -11,13 +11,17 @@ from . import validation
 from .errors import OutOfPagesError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
+from .free_queue import QueuedBlockPool
 from .reuse.policy import V1Policy
+from .reuse.queued_cache import QueuedReuseCache
 from . import seams
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
     kvcm_version = "v1"
     _reuse_policy = V1Policy()
+    _pool_class = QueuedBlockPool    # upstream's free queue: ids and eviction order as BlockManagerReuseTest pins
+    _cache_class = QueuedReuseCache
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block

@@ -56,12 +56,13 @@ def _scope(lora_task_id, cache_salt) -> tuple:
 
 class ReuseMixin:
     _reuse_policy = None          # set by each version
+    _cache_class = ReuseCache     # V1: QueuedReuseCache, over its queued pools
 
     def _init_reuse(self) -> None:
         cfg = self.kv_cache_config
         self._reuse: ReuseCache | None = None
         if cfg.enable_block_reuse:
-            self._reuse = ReuseCache(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups))
+            self._reuse = self._cache_class(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups))
         self._reuse_totals = ReuseCounters()
         self._compress_ratios = tuple(sorted({self.model.layers[i].compress_ratio
                                               for g in self.layer_groups for i in g.layers}))
@@ -230,7 +231,7 @@ class ReuseMixin:
             if cache is None:
                 pool.release(blocks)
             else:
-                cache.release(g, blocks)
+                cache.release(g, blocks, seq.reuse.block_priorities(len(blocks), self.tokens_per_block))
 
     # ---- counts and stats ------------------------------------------------------------------------------
     def _reported_group(self) -> int:

@@ -1,0 +1,193 @@
+"""V1's pool order: TensorRT-LLM's ``LRUEvictionPolicy`` free queue (``evictionPolicy.cpp``), one FIFO per
+retention priority holding every block no request holds, empty and cached alike.
+
+Upstream starts with every block in the default-priority queue in id order, appends a released block at the
+back (a request releases its last block first), puts a rewound block at the front (``releaseLastBlock``) and
+hands out the front of the lowest non-empty priority, evicting the block from the reuse tree if it was cached.
+So a cached block near the front goes before an empty one released later, and the ids a request gets are the
+ones ``BlockManagerReuseTest`` pins. kvcm's ``BlockPool`` hands out the most recently freed page and evicts
+only when no empty page is left, which is V2's order; V1 uses ``QueuedBlockPool`` instead.
+
+Never-used pages stay a high-water mark (positions ``0..N-1`` at the default priority), so a pool of a million
+pages still costs nothing to build; the rest is a heap of ``(priority, position)`` with lazy deletion.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from .block_pool import BlockPool
+
+DEFAULT_PRIORITY = 35
+"""TensorRT-LLM's ``kDefaultRetentionPriority``: the queue every block starts in."""
+
+
+class FreeBlockQueue:
+    """The blocks of one pool that no request holds, in the order ``getFreeBlock`` takes them."""
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self.fresh = 0                         # pages [fresh, num_blocks) never queued: (35, id) each
+        self._heap: list[tuple[int, int, int]] = []
+        self._key: dict[int, tuple[int, int]] = {}   # queued page -> its (priority, position)
+        self._back = num_blocks                # next position at the back (after every never-used page)
+        self._front = 0                        # last position given at the front (decreasing)
+        self._ghosts: set[tuple[int, int, int]] = set()   # second entries of a page queued twice (a defect)
+
+    def __len__(self) -> int:
+        return len(self._key) + len(self._ghosts) + self.num_blocks - self.fresh
+
+    def __contains__(self, page: int) -> bool:
+        return page in self._key or page >= self.fresh
+
+    def key(self, page: int) -> tuple[int, int] | None:
+        if page in self._key:
+            return self._key[page]
+        return (DEFAULT_PRIORITY, page) if page >= self.fresh else None
+
+    def push(self, page: int, priority: int = DEFAULT_PRIORITY, *, front: bool = False) -> None:
+        """``addToFreeBlockQueue``: at the back of its priority's FIFO, or at the front (a rewound block)."""
+        if front:
+            self._front -= 1
+            position = self._front
+        else:
+            position = self._back
+            self._back += 1
+        self.restore(page, (priority, position))
+
+    def push_again(self, page: int) -> None:
+        """Queue a page that is queued already, as a second entry (only a historic defect does this: vLLM #42571,
+        TensorRT-LLM PR #14937, where a block released twice is handed out twice)."""
+        if page not in self:
+            return self.push(page)
+        entry = (DEFAULT_PRIORITY, self._back, page)
+        self._back += 1
+        self._ghosts.add(entry)
+        heapq.heappush(self._heap, entry)
+
+    def restore(self, page: int, key: tuple[int, int]) -> None:
+        """Put a page back where it was (a claim undone keeps its place, as if it had never left)."""
+        self._key[page] = key
+        heapq.heappush(self._heap, (key[0], key[1], page))
+        if len(self._heap) > 2 * len(self._key) + 64:
+            self._heap = [(p, pos, page) for page, (p, pos) in self._key.items()] + list(self._ghosts)
+            heapq.heapify(self._heap)
+
+    def remove(self, page: int) -> tuple[int, int]:
+        """Take a queued page out (a cached block claimed by a request); returns its key for ``restore``."""
+        return self._key.pop(page)
+
+    def _top(self):
+        heap = self._heap
+        while heap:
+            p, pos, page = heap[0]
+            if self._key.get(page) == (p, pos) or heap[0] in self._ghosts:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def peek(self) -> int | None:
+        top = self._top()
+        if self.fresh < self.num_blocks and (top is None or (DEFAULT_PRIORITY, self.fresh) < top[:2]):
+            return self.fresh
+        return None if top is None else top[2]
+
+    def pop(self) -> int:
+        """``getFreeBlock``: the front of the lowest non-empty priority."""
+        top = self._top()
+        if self.fresh < self.num_blocks and (top is None or (DEFAULT_PRIORITY, self.fresh) < top[:2]):
+            self.fresh += 1
+            return self.fresh - 1
+        if top is None:
+            raise RuntimeError("no free block in the queue")
+        heapq.heappop(self._heap)
+        if top in self._ghosts:
+            self._ghosts.discard(top)
+        else:
+            del self._key[top[2]]
+        return top[2]
+
+    def queued(self):
+        """Every queued page with its key, front first (for tests and the explorer's invariants)."""
+        entries = [(key, page) for page, key in self._key.items()]
+        entries += [((p, pos), page) for p, pos, page in self._ghosts]
+        fresh = [((DEFAULT_PRIORITY, p), p) for p in range(self.fresh, self.num_blocks)]
+        return [page for _, page in sorted(entries + fresh)]
+
+
+class QueuedBlockPool(BlockPool):
+    """A ``BlockPool`` whose free pages and unheld cached pages are one ``FreeBlockQueue``.
+
+    ``num_free`` is the empty pages in the queue, ``num_reusable`` the cached ones (the reuse cache keeps that
+    count), ``num_available`` both. ``on_take(page)`` (set by the reuse cache) is told when an allocation takes
+    a queued page, so a cached one leaves the tree first."""
+
+    def __init__(self, num_blocks: int, bytes_per_block: int, device="meta"):
+        super().__init__(num_blocks, bytes_per_block, device)
+        self.queue = FreeBlockQueue(self.num_blocks)
+        self.on_take = None
+        self.release_priority = DEFAULT_PRIORITY   # the FIFO ``push_free`` appends to (set around a release)
+
+    @property
+    def num_free(self) -> int:
+        return len(self.queue) - self.num_reusable
+
+    @property
+    def num_available(self) -> int:
+        return len(self.queue)
+
+    def allocate(self, n: int) -> list[int]:
+        if n > len(self.queue):
+            raise RuntimeError(f"pool has {self.num_free} free blocks, {n} asked")
+        out = []
+        for _ in range(n):
+            block = self.queue.pop()
+            if block >= self._fresh:           # first use: grow the in-use flags as BlockPool does
+                self._fresh = block + 1
+                while len(self._used) < self._fresh:
+                    self._used.extend(bytes(min(len(self._used), self.num_blocks - len(self._used))))
+            if self.on_take is not None and self._used[block]:
+                self.on_take(block)            # a cached block: evicted from the reuse tree
+            self._used[block] = 1
+            out.append(block)
+        held = self.num_used - self.num_reusable
+        if held > self.peak_held:
+            self.peak_held = held
+        return out
+
+    def release(self, blocks, priorities=None, *, front: bool = False) -> None:
+        """A request's pages, last first (``releaseBlocks`` walks its blocks in reverse); each goes to the back
+        of its priority's FIFO, or to the front with ``front`` (``removeToken``'s ``releaseLastBlock``)."""
+        blocks = list(blocks)
+        for i in reversed(range(len(blocks))):
+            block = blocks[i]
+            if block < 0:
+                continue
+            if block >= self._fresh or not self._used[block]:
+                raise RuntimeError(f"block {block} released twice")
+            self._used[block] = 0
+            self.queue.push(block, DEFAULT_PRIORITY if priorities is None else priorities[i], front=front)
+
+    def free_order(self) -> list[int]:
+        """Every queued page, empty or cached, in the order ``allocate`` takes them."""
+        return self.queue.queued()
+
+    def push_free(self, block: int) -> None:
+        """One page back without the double-release check (``kvcm.seams.release_block`` makes it)."""
+        self._used[block] = 0
+        if block in self.queue:
+            self.queue.push_again(block)
+        else:
+            self.queue.push(block, self.release_priority)
+
+    # ---- what the reuse cache does with cached pages -------------------------------------------------------
+    def queue_cached(self, block: int, priority: int) -> None:
+        """A cached page nobody holds any more joins the back of its priority's FIFO (still in use: cached)."""
+        self.queue.push(block, priority)
+
+    def unqueue(self, block: int) -> tuple[int, int]:
+        return self.queue.remove(block)
+
+    def mark_empty(self, block: int) -> None:
+        """A queued cached page that left the tree (a descendant of an evicted block) is empty where it is."""
+        self._used[block] = 0
