@@ -15,11 +15,18 @@ pages still costs nothing to build; the rest is a heap of ``(priority, position)
 from __future__ import annotations
 
 import heapq
+import itertools
+import time
 
 from .block_pool import BlockPool
 
 DEFAULT_PRIORITY = 35
 """TensorRT-LLM's ``kDefaultRetentionPriority``: the queue every block starts in."""
+
+
+def monotonic_ms() -> float:
+    """The clock retention durations are measured on (``LRUEvictionPolicy::getTime``: steady_clock)."""
+    return time.monotonic() * 1000.0
 
 
 class FreeBlockQueue:
@@ -126,7 +133,12 @@ class QueuedBlockPool(BlockPool):
         super().__init__(num_blocks, bytes_per_block, device)
         self.queue = FreeBlockQueue(self.num_blocks)
         self.on_take = None
+        self.on_expire = None                  # told of a queued page whose priority fell back to 35
         self.release_priority = DEFAULT_PRIORITY   # the FIFO ``push_free`` appends to (set around a release)
+        self.release_duration = None               # and how long it keeps it
+        self.clock = monotonic_ms              # milliseconds; a test injects its own (``set_clock``)
+        self._expiring: list = []              # (expiry, serial, page, queue key) of timed queued pages
+        self._serial = itertools.count()
 
     @property
     def num_free(self) -> int:
@@ -166,7 +178,8 @@ class QueuedBlockPool(BlockPool):
             if block >= self._fresh or not self._used[block]:
                 raise RuntimeError(f"block {block} released twice")
             self._used[block] = 0
-            self.queue.push(block, DEFAULT_PRIORITY if priorities is None else priorities[i], front=front)
+            priority, duration = (DEFAULT_PRIORITY, None) if priorities is None else priorities[i]
+            self.enqueue(block, priority, duration, front=front)
 
     def free_order(self) -> list[int]:
         """Every queued page, empty or cached, in the order ``allocate`` takes them."""
@@ -178,12 +191,35 @@ class QueuedBlockPool(BlockPool):
         if block in self.queue:
             self.queue.push_again(block)
         else:
-            self.queue.push(block, self.release_priority)
+            self.enqueue(block, self.release_priority, self.release_duration)
 
     # ---- what the reuse cache does with cached pages -------------------------------------------------------
-    def queue_cached(self, block: int, priority: int) -> None:
+    def queue_cached(self, block: int, priority: int, duration_ms=None, *, front: bool = False) -> None:
         """A cached page nobody holds any more joins the back of its priority's FIFO (still in use: cached)."""
-        self.queue.push(block, priority)
+        self.enqueue(block, priority, duration_ms, front=front)
+
+    # ---- retention durations ----------------------------------------------------------------------------------
+    def enqueue(self, block: int, priority: int, duration_ms=None, *, front: bool = False) -> None:
+        """``releaseBlock``: queue the page; one with a duration and a priority other than 35 starts its timer
+        now (a claimed page never decays: its entry no longer matches once it leaves the queue)."""
+        self.queue.push(block, priority, front=front)
+        if duration_ms is not None and priority != DEFAULT_PRIORITY:
+            heapq.heappush(self._expiring, (self.clock() + duration_ms, next(self._serial), block,
+                                            self.queue.key(block)))
+
+    def refresh(self) -> list[int]:
+        """``LRUEvictionPolicy::refresh``: every queued page whose time is up moves to the back of the default
+        FIFO at priority 35; returns them (the reuse cache lowers the cached ones' node priority)."""
+        now, out = self.clock(), []
+        while self._expiring and self._expiring[0][0] <= now:
+            _, _, block, key = heapq.heappop(self._expiring)
+            if self.queue.key(block) == key:
+                self.queue.remove(block)
+                self.queue.push(block, DEFAULT_PRIORITY)
+                out.append(block)
+                if self.on_expire is not None:
+                    self.on_expire(block)
+        return out
 
     def unqueue(self, block: int) -> tuple[int, int]:
         return self.queue.remove(block)

@@ -49,11 +49,12 @@ class KVCacheManagerV1(BaseKVCacheManager):
             for blocks, pool in zip(seq.blocks, self.pools):
                 blocks.extend(pool.allocate(need))
         elif target < have:
-            for g, (blocks, pool) in enumerate(zip(seq.blocks, self.pools)):
+            for g, (blocks, pool) in enumerate(zip(seq.blocks, self.pools)):     # removeToken: to the front
                 if seq.reuse is None or self._reuse is None:
-                    pool.release(blocks[target:])
+                    pool.release(blocks[target:], front=True)
                 else:
-                    self._reuse.release(g, blocks[target:])
+                    kept = seq.reuse.block_priorities(len(blocks), self.tokens_per_block)[target:]
+                    self._reuse.release(g, blocks[target:], kept, front=True)
                 del blocks[target:]
         seq.capacity = tokens
 

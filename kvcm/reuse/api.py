@@ -96,7 +96,9 @@ class ReuseMixin:
         else:
             raise ConfigError("retention_config", retention_config, "must be a kvcm.KvCacheRetentionConfig or None")
         state = ReuseState(tokens, _scope(lora_task_id, cache_salt), len(tokens), retention.priority,
-                           retention.decode_priority, retention_config is not None)
+                           retention.decode_priority, retention_config is not None,
+                           retention.per_block(self.tokens_per_block, len(tokens)) if retention_config is not None
+                           else [], retention.decode_duration_ms)
         tpb = self.tokens_per_block
         cache = self._reuse
         reported = self._reported_group()          # the group the counters describe, chosen before the match
@@ -167,7 +169,12 @@ class ReuseMixin:
             for i, node in plan:
                 table[i] = cache.claim(node, g) if node.pages[g] >= 0 else -2   # -2: a fresh page, below
             tables.append(table)
+        policy.retain_claimed(match.nodes, state, tpb)
         source = match.partial
+        if source is not None and match.in_place:      # the block keeps its priority unless a range sets one
+            i = len(match.nodes)
+            p, d = state.context_retention[i] if i < len(state.context_retention) else (None, None)
+            state.kept_retention[i] = (source.priority if p is None else p, d)
         for g, table in enumerate(tables):
             if source is not None and match.in_place:
                 table.append(cache.unset_page(source, g, free=False))   # the leaf leaves the tree, now private
@@ -279,6 +286,38 @@ class ReuseMixin:
         c = ReuseCounters() if state is None else state.counters
         return RequestReuseStats(c.reused_blocks, c.missed_blocks, c.alloc_total_blocks, c.alloc_new_blocks,
                                  c.cache_hit_rate, 0 if state is None else state.prepopulated)
+
+    def refresh_blocks(self) -> None:
+        """TensorRT-LLM's ``refreshBlocks`` (once per step): unheld blocks whose retention duration ran out fall
+        back to priority 35, at the back of its queue. V1 only; V2 has no durations (its priorities come from a
+        callback), so there it changes nothing."""
+        for pool in self.pools:
+            refresh = getattr(pool, "refresh", None)
+            if refresh is not None:
+                refresh()
+
+    def set_clock(self, clock_ms) -> None:
+        """The clock retention durations run on: a callable returning milliseconds (monotonic). Tests inject
+        one, as TensorRT-LLM's tests mock ``LRUEvictionPolicy::getTime``."""
+        if not callable(clock_ms):
+            raise ConfigError("clock_ms", clock_ms, "must be a callable returning milliseconds")
+        for pool in self.pools:
+            if hasattr(pool, "clock"):
+                pool.clock = clock_ms
+
+    def get_priority_by_block_id(self, block_id, group: int = 0) -> int:
+        """The retention priority of a block (TensorRT-LLM ``getPriorityByBlockId``): a cached block's, or the one
+        a request holding it privately took it with; 35 for an id out of range or a block nobody has."""
+        g = validation.count("group", group, 0, len(self.pools) - 1, "layer groups")
+        if self._reuse is None or type(block_id) is not int:
+            return DEFAULT_RETENTION_PRIORITY
+        node = self._reuse.page_node[g].get(block_id)
+        if node is not None and node.pages[g] == block_id:
+            return node.priority
+        for seq in self._seqs.values():
+            if seq.reuse is not None and block_id in seq.blocks[g]:
+                return seq.reuse.block_retention(seq.blocks[g].index(block_id), self.tokens_per_block)[0]
+        return DEFAULT_RETENTION_PRIORITY
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached block; False, with nothing changed, while a live request holds any block."""

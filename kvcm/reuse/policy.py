@@ -65,6 +65,17 @@ class V1Policy:
         return range(0)
 
     @staticmethod
+    def retain_claimed(nodes: list[Node], state, tpb: int) -> None:
+        """A matched block takes the request's retention for its index (``claimBlock(block, priority,
+        duration)``): a range's priority where one holds its first token (else it keeps its own), and the range's
+        duration, or none."""
+        for i, node in enumerate(nodes):
+            p, d = state.context_retention[i] if i < len(state.context_retention) else (None, None)
+            if p is not None:
+                node.priority = p
+            node.duration_ms = d
+
+    @staticmethod
     def partial_mode(node: Node, copy_on_partial_reuse: bool) -> str | None:
         """'in_place', 'copy' or None (not eligible)."""
         if not any(node.refs) and node.is_leaf:
@@ -122,6 +133,10 @@ class V2Policy:
             n = new
 
     @staticmethod
+    def retain_claimed(nodes: list[Node], state, tpb: int) -> None:
+        """V2 sets priorities by callback when blocks are stored, and has no durations: a match changes none."""
+
+    @staticmethod
     def partial_mode(node: Node, copy_on_partial_reuse: bool) -> str | None:
         return "copy"
 
@@ -173,8 +188,8 @@ def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int],
         if node is None:
             if rebase and len(tokens) < tpb and _covered_by_sibling(parent, tokens):
                 break          # V2's UselessBlockError (V1 files the partial block beside the longer one)
-            priority = state.priority if i * tpb < state.prompt_len else state.decode_priority
-            node = tree.add_child(parent, tokens, priority)
+            priority, duration = state.block_retention(i, tpb)
+            node = tree.add_child(parent, tokens, priority, duration)
             if rebase and len(tokens) == tpb:
                 _drop_covered_partials(cache, parent, tokens)
         for g in group_ids:

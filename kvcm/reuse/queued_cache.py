@@ -27,6 +27,7 @@ class QueuedReuseCache(ReuseCache):
         for g, pool in enumerate(pools):
             pool.evict = None
             pool.on_take = functools.partial(self._take_cached, g)
+            pool.on_expire = functools.partial(self._expired, g)
 
     # ---- references ---------------------------------------------------------------------------------------
     def claim(self, node: Node, g: int) -> int:
@@ -52,11 +53,21 @@ class QueuedReuseCache(ReuseCache):
         if left == 0:
             self.referenced[g] -= 1
             self._claimed_keys[g].pop(node.pages[g], None)
-            self.pools[g].queue_cached(node.pages[g], node.priority)
+            self.pools[g].queue_cached(node.pages[g], node.priority, node.duration_ms, front=self._front)
 
-    def release(self, g: int, pages, priorities=None) -> None:
-        """A request's pages, last first: tree pages lose a reference, private ones go back to the queue at
-        ``priorities[i]`` (the priority the block was taken with; 35 when None)."""
+    _front = False                     # set while a rewind releases (``releaseLastBlock`` queues at the front)
+
+    def release(self, g: int, pages, priorities=None, *, front: bool = False) -> None:
+        """A request's pages, last first: tree pages lose a reference, private ones go back to the queue with
+        ``priorities[i]`` = (priority, duration_ms) they were taken with ((35, None) when None); with ``front``
+        each goes to the front of its FIFO (``removeToken``'s ``releaseLastBlock``), the tree keeps cached ones."""
+        self._front = front
+        try:
+            self._release(g, pages, priorities, front)
+        finally:
+            self._front = False
+
+    def _release(self, g: int, pages, priorities, front: bool) -> None:
         pool, owners = self.pools[g], self.page_node[g]
         for i in reversed(range(len(pages))):
             page = pages[i]
@@ -65,12 +76,15 @@ class QueuedReuseCache(ReuseCache):
             node = owners.get(page)
             if node is not None and node.pages[g] == page:
                 self.drop(node, g)
+            elif front:
+                pool.release([page], None if priorities is None else [priorities[i]], front=True)
             else:
-                pool.release_priority = DEFAULT_PRIORITY if priorities is None else priorities[i]
+                pool.release_priority, pool.release_duration = ((DEFAULT_PRIORITY, None) if priorities is None
+                                                                else priorities[i])
                 try:
                     seams.release_block(pool, page)
                 finally:
-                    pool.release_priority = DEFAULT_PRIORITY
+                    pool.release_priority, pool.release_duration = DEFAULT_PRIORITY, None
 
     # ---- the tree's pages -----------------------------------------------------------------------------------
     def unset_page(self, node: Node, g: int, *, free: bool, queued: bool = True) -> int:
@@ -79,6 +93,13 @@ class QueuedReuseCache(ReuseCache):
         if node.refs[g] == 0 and queued:
             self.pools[g].unqueue(node.pages[g])
         return super().unset_page(node, g, free=free)
+
+    def _expired(self, g: int, page: int) -> None:
+        """A queued page's duration ran out: a cached one's block is at priority 35 from now on."""
+        node = self.page_node[g].get(page)
+        if node is not None and node.pages[g] == page:
+            node.priority = DEFAULT_PRIORITY
+            node.duration_ms = None
 
     def _take_cached(self, g: int, page: int) -> None:
         """An allocation took a queued page that may be cached: evict it and its descendants in group g."""

@@ -23,7 +23,7 @@ _TOP = float("inf")      # above every token id: ``prefix + (_TOP,)`` bounds the
 
 class Node:
     __slots__ = ("tokens", "parent", "children", "by_first", "pages", "refs", "stamps", "child_pages", "priority",
-                 "depth", "serial")
+                 "duration_ms", "depth", "serial")
 
     def __init__(self, tokens: tuple, parent: "Node | None", num_groups: int, priority: int = 35):
         self.tokens = tokens
@@ -36,6 +36,7 @@ class Node:
         self.stamps = [0] * num_groups          # per group: when the page was last released (LRU order)
         self.child_pages = [0] * num_groups     # per group: children that have a page there (leaf test)
         self.priority = priority
+        self.duration_ms = None                  # how long it keeps its priority once released (None: always)
         self.depth = -1 if parent is None else parent.depth + 1
 
     @property
@@ -116,8 +117,9 @@ class RadixTree:
     def child(parent: Node, tokens: tuple) -> Node | None:
         return parent.children.get(seams.block_key(tokens))
 
-    def add_child(self, parent: Node, tokens: tuple, priority: int) -> Node:
+    def add_child(self, parent: Node, tokens: tuple, priority: int, duration_ms: int | None = None) -> Node:
         node = Node(tokens, parent, self.num_groups, priority)
+        node.duration_ms = duration_ms
         parent.children[seams.block_key(tokens)] = node
         if tokens:
             siblings = parent.by_first.get(tokens[0])
