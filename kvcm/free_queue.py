@@ -14,6 +14,7 @@ pages still costs nothing to build; the rest is a heap of ``(priority, position)
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import time
@@ -30,12 +31,17 @@ def monotonic_ms() -> float:
 
 
 class FreeBlockQueue:
-    """The blocks of one pool that no request holds, in the order ``getFreeBlock`` takes them."""
+    """The blocks of one pool that no request holds, in the order ``getFreeBlock`` takes them.
+
+    Three sources, each already in order: never-used pages (``fresh``), pages appended to the default FIFO (a
+    deque: positions only grow, which is nearly every release) and the rest (other priorities, the front of the
+    default FIFO, restored places: a heap). An entry is live while ``_key`` still maps its page to its key."""
 
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
         self.fresh = 0                         # pages [fresh, num_blocks) never queued: (35, id) each
         self._heap: list[tuple[int, int, int]] = []
+        self._back35: collections.deque = collections.deque()   # (position, page) at the back of FIFO 35
         self._key: dict[int, tuple[int, int]] = {}   # queued page -> its (priority, position)
         self._back = num_blocks                # next position at the back (after every never-used page)
         self._front = 0                        # last position given at the front (decreasing)
@@ -56,11 +62,26 @@ class FreeBlockQueue:
         """``addToFreeBlockQueue``: at the back of its priority's FIFO, or at the front (a rewound block)."""
         if front:
             self._front -= 1
-            position = self._front
+            self.restore(page, (priority, self._front))
+            return
+        position = self._back
+        self._back += 1
+        if priority == DEFAULT_PRIORITY:
+            self._key[page] = (priority, position)
+            self._back35.append((position, page))
+            if len(self._back35) > 2 * len(self._key) + 64:
+                self._back35 = collections.deque(e for e in self._back35 if self._key.get(e[1]) == (35, e[0]))
         else:
-            position = self._back
-            self._back += 1
-        self.restore(page, (priority, position))
+            self.restore(page, (priority, position))
+
+    def push_many(self, pages: list[int]) -> None:
+        """``push`` of each page, in order, at the back of the default FIFO (a whole request's release at once)."""
+        positions = range(self._back, self._back + len(pages))
+        self._back += len(pages)
+        self._key.update(zip(pages, zip(itertools.repeat(DEFAULT_PRIORITY), positions)))
+        self._back35.extend(zip(positions, pages))
+        if len(self._back35) > 2 * len(self._key) + 64:
+            self._back35 = collections.deque(e for e in self._back35 if self._key.get(e[1]) == (35, e[0]))
 
     def push_again(self, page: int) -> None:
         """Queue a page that is queued already, as a second entry (only a historic defect does this: vLLM #42571,
@@ -85,29 +106,54 @@ class FreeBlockQueue:
         return self._key.pop(page)
 
     def _top(self):
-        heap = self._heap
+        """The first live entry of the heap and of the default FIFO's back, whichever comes first."""
+        heap, back, key = self._heap, self._back35, self._key
         while heap:
             p, pos, page = heap[0]
-            if self._key.get(page) == (p, pos) or heap[0] in self._ghosts:
-                return heap[0]
+            if key.get(page) == (p, pos) or heap[0] in self._ghosts:
+                break
             heapq.heappop(heap)
-        return None
+        while back and key.get(back[0][1]) != (DEFAULT_PRIORITY, back[0][0]):
+            back.popleft()
+        h = heap[0] if heap else None
+        b = (DEFAULT_PRIORITY, back[0][0], back[0][1]) if back else None
+        if h is None or (b is not None and b < h):
+            return b
+        return h
+
+    def _fresh_first(self, top) -> bool:
+        return self.fresh < self.num_blocks and (top is None or (DEFAULT_PRIORITY, self.fresh) < top[:2])
 
     def peek(self) -> int | None:
         top = self._top()
-        if self.fresh < self.num_blocks and (top is None or (DEFAULT_PRIORITY, self.fresh) < top[:2]):
+        if self._fresh_first(top):
             return self.fresh
         return None if top is None else top[2]
+
+    def fresh_run(self, n: int) -> range:
+        """Up to ``n`` never-used pages that come before every queued page, taken at once (a long context's
+        blocks from a fresh pool: one slice, not one heap look a page)."""
+        top = self._top()
+        if not self._fresh_first(top):
+            return range(0)
+        before_all = top is None or top[:2] > (DEFAULT_PRIORITY, self.num_blocks - 1)
+        k = min(n, self.num_blocks - self.fresh) if before_all else 1
+        run = range(self.fresh, self.fresh + k)
+        self.fresh += k
+        return run
 
     def pop(self) -> int:
         """``getFreeBlock``: the front of the lowest non-empty priority."""
         top = self._top()
-        if self.fresh < self.num_blocks and (top is None or (DEFAULT_PRIORITY, self.fresh) < top[:2]):
+        if self._fresh_first(top):
             self.fresh += 1
             return self.fresh - 1
         if top is None:
             raise RuntimeError("no free block in the queue")
-        heapq.heappop(self._heap)
+        if self._back35 and top == (DEFAULT_PRIORITY, self._back35[0][0], self._back35[0][1]):
+            self._back35.popleft()
+        else:
+            heapq.heappop(self._heap)
         if top in self._ghosts:
             self._ghosts.discard(top)
         else:
@@ -151,13 +197,16 @@ class QueuedBlockPool(BlockPool):
     def allocate(self, n: int) -> list[int]:
         if n > len(self.queue):
             raise RuntimeError(f"pool has {self.num_free} free blocks, {n} asked")
-        out = []
-        for _ in range(n):
+        out: list[int] = []
+        while len(out) < n:
+            run = self.queue.fresh_run(n - len(out))
+            if run:
+                self._grow_flags(run.stop)
+                self._used[run.start:run.stop] = b"\x01" * len(run)
+                out.extend(run)
+                continue
             block = self.queue.pop()
-            if block >= self._fresh:           # first use: grow the in-use flags as BlockPool does
-                self._fresh = block + 1
-                while len(self._used) < self._fresh:
-                    self._used.extend(bytes(min(len(self._used), self.num_blocks - len(self._used))))
+            self._grow_flags(block + 1)
             if self.on_take is not None and self._used[block]:
                 self.on_take(block)            # a cached block: evicted from the reuse tree
             self._used[block] = 1
@@ -167,10 +216,28 @@ class QueuedBlockPool(BlockPool):
             self.peak_held = held
         return out
 
+    def _grow_flags(self, stop: int) -> None:
+        """In-use flags up to page ``stop`` (doubling, as ``BlockPool`` grows them)."""
+        if stop > self._fresh:
+            self._fresh = stop
+            while len(self._used) < stop:
+                self._used.extend(bytes(min(len(self._used), self.num_blocks - len(self._used))))
+
     def release(self, blocks, priorities=None, *, front: bool = False) -> None:
         """A request's pages, last first (``releaseBlocks`` walks its blocks in reverse); each goes to the back
         of its priority's FIFO, or to the front with ``front`` (``removeToken``'s ``releaseLastBlock``)."""
         blocks = list(blocks)
+        if priorities is None and not front:           # the common release: one bulk append to FIFO 35
+            pages = [b for b in reversed(blocks) if b >= 0]
+            used, high = self._used, self._fresh
+            for i, block in enumerate(pages):
+                if block >= high or not used[block]:
+                    for done in pages[:i]:
+                        used[done] = 1       # nothing moved: the pages before it stay held
+                    raise RuntimeError(f"block {block} released twice")
+                used[block] = 0
+            self.queue.push_many(pages)
+            return
         for i in reversed(range(len(blocks))):
             block = blocks[i]
             if block < 0:

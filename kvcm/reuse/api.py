@@ -58,14 +58,24 @@ class ReuseMixin:
     _reuse_policy = None          # set by each version
     _cache_class = ReuseCache     # V1: QueuedReuseCache, over its queued pools
 
+    _host_tier = False            # V1 models TensorRT-LLM's secondary pool (kvcm/reuse/host_tier.py)
+
     def _init_reuse(self) -> None:
         cfg = self.kv_cache_config
+        if cfg.host_cache_size and not self._host_tier:
+            raise ConfigError("host_cache_size", cfg.host_cache_size, f"needs kvcm_version v1: the host tier is "
+                              f"modelled as TensorRT-LLM V1's secondary pool; {self.kvcm_version}'s cache levels are "
+                              "not modelled (docs/semantics.md 11.6)")
         self._reuse: ReuseCache | None = None
         if cfg.enable_block_reuse:
-            self._reuse = self._cache_class(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups))
+            self._reuse = self._make_reuse_cache()
         self._reuse_totals = ReuseCounters()
         self._compress_ratios = tuple(sorted({self.model.layers[i].compress_ratio
                                               for g in self.layer_groups for i in g.layers}))
+
+    def _make_reuse_cache(self):
+        """The version's reuse cache over its pools (V1 adds its host tier here when it has one)."""
+        return self._cache_class(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups))
 
     @property
     def enable_block_reuse(self) -> bool:
@@ -127,11 +137,13 @@ class ReuseMixin:
         reused = 0 if match is None else (len(match.nodes) - len(self._skipped(group, length, len(match.nodes)))
                                           + (match.partial is not None))
         copied = 0 if match is None else int(match.partial is not None and not match.in_place)
+        onboarded = 0 if match is None else state.onboarded[reported]
         c = state.counters
         c.reused_blocks, c.missed_blocks = reused, context - matched
         # TensorRT-LLM counts a block in alloc_total each time one is taken from the free pool (a miss or a partial
         # copy) and in alloc_new when it held no cached tokens (it did not evict a cached block)
-        c.alloc_total_blocks = context - matched + copied
+        c.alloc_total_blocks = context - matched + copied + onboarded   # an onboard takes a GPU block too
+        c.reused_host_blocks = onboarded
         c.alloc_new_blocks = min(c.alloc_total_blocks, fresh_before)
         c.reused_tokens, c.queried_tokens = length, len(tokens)
         self._reuse_totals.add(c)
@@ -163,11 +175,19 @@ class ReuseMixin:
             plans.append(plan)
             needs.append(fresh)
         tables = []
+        state.onboarded = [0] * len(self.pools)
         for group, pool, plan in zip(self.layer_groups, self.pools, plans):
             g = group.index
             table = [-1] * len(match.nodes)
             for i, node in plan:
-                table[i] = cache.claim(node, g) if node.pages[g] >= 0 else -2   # -2: a fresh page, below
+                if node.pages[g] >= 0:
+                    table[i] = cache.claim(node, g)
+                elif node.host[g] >= 0:          # in the host tier: held now, onboarded into a fresh page below
+                    cache.claim_host(node, g)
+                    table[i] = -3
+                    state.onboarded[g] += 1
+                else:
+                    table[i] = -2                # a fresh page, below
             tables.append(table)
         policy.retain_claimed(match.nodes, state, tpb)
         source = match.partial
@@ -185,6 +205,8 @@ class ReuseMixin:
             for i, page in enumerate(table):
                 if page == -2:
                     table[i] = next(fresh)
+                elif page == -3:
+                    table[i] = cache.onboard(match.nodes[i], g, next(fresh))
             if source is not None and not match.in_place:
                 table.append(next(fresh))
                 self._copy_rows(g, source.pages[g], table[-1], match.partial_len)
@@ -277,9 +299,39 @@ class ReuseMixin:
         g = self._reported_group()
         pool, t = self.pools[g], self._reuse_totals
         free = seams.free_blocks(pool.num_free, pool.num_reusable)
+        host = getattr(self._reuse, "host", None)
+        tier = {}
+        if host:
+            h, cache = host[g], self._reuse
+            tier = dict(max_num_host_blocks=h.num_blocks, free_num_host_blocks=h.num_free,
+                        reusable_num_host_blocks=h.num_reusable, offloaded_blocks=cache.offloaded,
+                        onboarded_blocks=cache.onboarded, host_dropped_blocks=cache.host_dropped,
+                        reused_host_blocks=t.reused_host_blocks)
         return KvCacheStats(pool.num_blocks, free, pool.num_blocks - free, self.tokens_per_block, t.reused_blocks,
                             t.missed_blocks, t.alloc_total_blocks, t.alloc_new_blocks, t.cache_hit_rate,
-                            t.reused_tokens, t.queried_tokens)
+                            t.reused_tokens, t.queried_tokens, **tier)
+
+    def get_host_block_counts(self, group: int | None = None) -> BlockCounts:
+        """The host tier's pages of one group (None: the group ``get_num_free_blocks`` reports): ``free`` (empty),
+        ``reusable`` (an offloaded block waits there), ``in_use`` 0 (a request only ever holds GPU pages), as
+        TensorRT-LLM counts its secondary level; all zeros without a tier."""
+        g = self._reported_group() if group is None else validation.count("group", group, 0,
+                                                                           len(self.pools) - 1, "layer groups")
+        host = getattr(self._reuse, "host", None)
+        if not host:
+            return BlockCounts(0, 0, 0, 0)
+        free, reusable, total = self._reuse.host_counts(g)
+        return BlockCounts(free, reusable, 0, total)
+
+    def get_cache_block_ids(self, request_id) -> list[list[int]]:
+        """The request's block ids per group as TensorRT-LLM names them (``getCacheBlockIds``): the block table's
+        pages, except that an offload or onboard swaps the memory behind two ids, so with a host tier a request
+        can hold ids at or above the GPU pool's size."""
+        seq = self._seq(request_id)
+        cache = self._reuse
+        if not hasattr(cache, "block_id"):
+            return [list(b) for b in seq.blocks]
+        return [[cache.block_id(g, p) if p >= 0 else p for p in blocks] for g, blocks in enumerate(seq.blocks)]
 
     def get_request_stats(self, request_id) -> RequestReuseStats:
         state = self._seq(request_id).reuse

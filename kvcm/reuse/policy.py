@@ -38,8 +38,9 @@ def chop(tokens, upto: int, tpb: int, partial: bool) -> list[tuple]:
 
 
 def _leading(nodes: list[Node], g: int, n: int) -> int:
+    """How many leading nodes have their block in group g, on the GPU or offloaded to the host tier."""
     for i in range(n):
-        if nodes[i].pages[g] < 0:
+        if nodes[i].pages[g] < 0 and nodes[i].host[g] < 0:
             return i
     return n
 
@@ -161,7 +162,7 @@ def find_match(cache, root: Node | None, lookup: list, tpb: int, groups, policy,
         return match
     rest = blocks[n]
     for common, node in cache.tree.partial_candidates(parent, rest):
-        if common == 0 or any(node.pages[g.index] < 0 for g in groups):
+        if common == 0 or any(node.pages[g.index] < 0 for g in groups):   # a partial block is reused from the GPU only
             continue
         mode = policy.partial_mode(node, copy_on_partial_reuse)
         if mode is not None:

@@ -17,6 +17,7 @@ class ReuseState:
     explicit_priority: bool            # a retention config was given: claimed blocks take its priority
     context_retention: list = field(default_factory=list)   # per context block: (priority | None, duration_ms | None)
     decode_duration_ms: int | None = None
+    onboarded: list = field(default_factory=list)   # per group: matched blocks brought back from the host tier
     kept_retention: dict = field(default_factory=dict)   # block index -> (priority, duration) a taken-over block kept
     prepopulated: int = 0
     counters: ReuseCounters = field(default_factory=ReuseCounters)
