@@ -58,6 +58,7 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
 
 class BaseKVCacheManager(ReuseMixin):
     kvcm_version = "base"
+    _pool_class = BlockPool          # V1 takes TensorRT-LLM's free-queue order (kvcm/free_queue.py)
     version = renamed_attribute("kvcm_version")
 
     def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, limits: Limits | None = None,
@@ -94,7 +95,7 @@ class BaseKVCacheManager(ReuseMixin):
                 raise ConfigError("kv_cache_config", "budget", f"leaves 0 blocks for layer group {g.index} ({g.name}); "
                                   f"one block there takes {g.bytes_per_block} bytes, the budget is {self.budget_bytes}")
             g.num_blocks = n
-        self.pools = [BlockPool(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
+        self.pools = [self._pool_class(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
         self.stale_released = [0] * len(self.pools)   # pages V2 gave back as they left a window, per group
         self._seqs: dict[object, _Sequence] = {}
         self._views: dict[int, torch.Tensor] = {}

@@ -65,9 +65,10 @@ class ReuseCache:
         node = self.page_node[g].get(page)
         return node is not None and node.pages[g] == page
 
-    def release(self, g: int, pages) -> None:
+    def release(self, g: int, pages, priorities=None) -> None:
         """A request gives back these pages of group g: tree pages lose a reference, private ones go free.
-        Last block first, so that the deepest block of a prefix is the least recently released (evicted first)."""
+        Last block first, so that the deepest block of a prefix is the least recently released (evicted first).
+        ``priorities`` (per page, the priority it was taken with) matter only to V1's queued pools."""
         pool, owners = self.pools[g], self.page_node[g]
         for page in reversed(pages):
             if page < 0:
