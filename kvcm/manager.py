@@ -58,6 +58,7 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
 
 class BaseKVCacheManager(ReuseMixin):
     kvcm_version = "base"
+    _pool_class = BlockPool          # V1 takes TensorRT-LLM's free-queue order (kvcm/free_queue.py)
     version = renamed_attribute("kvcm_version")
 
     def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, limits: Limits | None = None,
@@ -96,7 +97,7 @@ class BaseKVCacheManager(ReuseMixin):
                                   + (f" (max_tokens={cfg.max_tokens} is under one block of {cfg.tokens_per_block} tokens)"
                                      if cfg.max_tokens is not None and cfg.max_tokens < cfg.tokens_per_block else ""))
             g.num_blocks = n
-        self.pools = [BlockPool(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
+        self.pools = [self._pool_class(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
         self.stale_released = [0] * len(self.pools)   # pages V2 gave back as they left a window, per group
         self._seqs: dict[object, _Sequence] = {}
         self._views: dict[int, torch.Tensor] = {}

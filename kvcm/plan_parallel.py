@@ -91,7 +91,7 @@ class Stages:
         return tuple(shape for m in self.model_layers(pp_rank) for shape in self._by_model_layer.get(m, ()))
 
 
-def build_stages(spec, mapping, cfg, build, kvcm_version: str) -> list:
+def build_stages(spec, mapping, cfg, build, common_max_tokens: bool) -> list:
     """One ``build(pp_rank, config)`` result per stage, stages of one shape sharing it; then V1's pools under
     pipeline parallelism: ``calculate_max_num_blocks`` reduces ``max_tokens`` with MIN over every rank before
     it counts blocks, so a stage with fewer layers allocates only the fewest tokens any stage holds (its
@@ -111,7 +111,7 @@ def build_stages(spec, mapping, cfg, build, kvcm_version: str) -> list:
         return built[key]
 
     out = [once(r, cfg) for r in range(mapping.pp_size)]
-    if kvcm_version != "v1" or len(out) == 1:
+    if not common_max_tokens or len(out) == 1:
         return out
     agreed = seams.rank_tokens([s.manager.max_tokens for s in out])
     return [s if s.manager.max_tokens == tokens else once(r, cfg.replace(max_tokens=tokens))

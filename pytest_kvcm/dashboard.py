@@ -18,12 +18,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from kvcm.versions import NAMES as VERSIONS
+
 from .dashboard_chart import number_text, when_text, esc, history_svg
 from .dashboard_rows import load_rows
 from .paths import output_problem, write_atomically
 from .results import DEFAULT_PATH, StoreError
 
-VERSIONS = ("v1", "v2")
 # what every page this module writes holds (and no other file does): the mark that lets --out replace it
 MARK = '<script type="application/json" id="kvcm-data">'
 

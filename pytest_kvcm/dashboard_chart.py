@@ -13,7 +13,10 @@ import time
 from collections import defaultdict
 from typing import Any
 
-COLORS = {"v1": "#2563eb", "v2": "#ea580c", None: "#6b7280"}
+from kvcm.versions import NAMES as _VERSIONS
+
+PALETTE = ("#2563eb", "#ea580c", "#16a34a", "#9333ea")   # one colour a version, in the registry's order
+COLORS = {**dict(zip(_VERSIONS, PALETTE)), None: "#6b7280"}
 
 
 def esc(value: Any) -> str:

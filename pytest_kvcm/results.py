@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE INDEX IF NOT EXISTS results_by_test ON results (test_id, metric, time);
 CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id);
 """
-DEFAULT_PATH = ".kvcm/results.sqlite"
+from .options import RESULTS_PATH as DEFAULT_PATH  # noqa: E402  (declared with the option)
 
 
 def _retry(fn, what: str, attempts: int = 50):
@@ -215,14 +215,6 @@ def git_commit(cwd: str | os.PathLike) -> str | None:
 # ----------------------------------------------------------------------------------------------- plugin
 STORE_KEY = pytest.StashKey["ResultsStore | None"]()
 RUN_ID_KEY = pytest.StashKey[str]()
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-results", dest="kvcm_results", default=None, metavar="PATH",
-                    help=f"SQLite results store (default <rootdir>/{DEFAULT_PATH}; 'none' disables the file)")
-    parser.addini("kvcm_results", f"SQLite results store path, relative to rootdir (default {DEFAULT_PATH})",
-                  default=DEFAULT_PATH)
 
 
 def _run_id(config: pytest.Config) -> str:
