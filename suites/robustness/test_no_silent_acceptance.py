@@ -93,6 +93,7 @@ def test_plan_accepts_the_largest_world_and_a_smaller_draft(capsys):
 # ----------------------------------------------------------------------------------------------- pytest options
 OPTIONS = [
     ("reuse_ini_empty", ["-o", "kvcm_reuse="], "kvcm_reuse='' is invalid: choose one of on, off, both"),
+    ("version_ini_empty", ["-o", "kvcm_version="], "kvcm_version='' is invalid: choose one of "),
     ("inject_empty", ["--kvcm-inject="], "--kvcm-inject='': names no defect; give one of the "),
     ("inject_blank", ["--kvcm-inject= "], "--kvcm-inject=' ': names no defect"),
     ("durations_missing_for_a_split", ["--kvcm-lane=l0_cpu", "--kvcm-stage-split=1/2", "--kvcm-durations=nope.json"],
