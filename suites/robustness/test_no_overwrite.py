@@ -202,6 +202,22 @@ def test_venv_scripts_never_delete_a_directory_they_did_not_make(tmp_path, user_
     assert not (tmp_path / "wheels").exists()  # refused before the wheel cache was touched
 
 
+@pytest.mark.parametrize("stamp", [".kvcm-made-by", ".kvcm-built-from", None, "absent"])
+def test_claim_dir_takes_back_only_what_it_stamped(tmp_path, stamp):
+    """An interrupted build (``.kvcm-made-by``, written when the directory is made), a finished venv of an earlier
+    version (``.kvcm-built-from``), an empty or absent directory: removed and made again, stamped."""
+    d = tmp_path / "venv"
+    if stamp != "absent":
+        d.mkdir()
+    if stamp not in (None, "absent"):
+        (d / stamp).write_text("x")
+        (d / "half-installed").write_text("old")
+    proc = subprocess.run(["bash", "-c", f'. {ROOT / "ci" / "owned_dir.sh"} && claim_dir "$1" me', "_", str(d)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert sorted(p.name for p in d.iterdir()) == [".kvcm-made-by"] and (d / ".kvcm-made-by").read_text() == "me\n"
+
+
 @pytest.mark.parametrize("script, var", [("vllm_venv.sh", "KVCM_VLLM_VENV"), ("sglang_venv.sh", "KVCM_SGLANG_VENV")])
 def test_venv_scripts_keep_the_built_venvs_working(script, var):
     """The venvs in ~/.cache/kvcm carry ``.kvcm-built-from`` (the stamp of a finished build): still accepted,
