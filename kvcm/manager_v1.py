@@ -58,8 +58,16 @@ class KVCacheManagerV1(BaseKVCacheManager):
             need = target - have
             if any(pool.num_available < need for pool in self.pools):
                 raise self._out_of_pages(request_id, [need] * len(self.pools), what)
-            for blocks, pool in zip(seq.blocks, self.pools):
-                blocks.extend(pool.allocate(need))
+            taken = []
+            try:
+                for pool in self.pools:
+                    taken.append(pool.allocate(need))
+            except BaseException:      # all or nothing: no group keeps a page another group could not match
+                for pool, pages in zip(self.pools, taken):
+                    pool.release(pages)
+                raise
+            for blocks, pages in zip(seq.blocks, taken):
+                blocks.extend(pages)
         elif target < have:
             front = seams.rewind_to_front()                                       # removeToken
             for g, (blocks, pool) in enumerate(zip(seq.blocks, self.pools)):
