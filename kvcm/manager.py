@@ -73,6 +73,7 @@ class BaseKVCacheManager(ReuseMixin):
         if kv_cache_config is not None and not isinstance(kv_cache_config, KvCacheConfig):
             raise ConfigError("kv_cache_config", type(kv_cache_config).__name__, "must be a kvcm.KvCacheConfig or None")
         cfg = kv_cache_config or KvCacheConfig()
+        _check_mapping(mapping, pp_rank)
         if mapping is not None:
             model = model.for_rank(mapping, pp_rank)
         self.mapping, self.pp_rank = mapping, pp_rank
@@ -210,6 +211,8 @@ class BaseKVCacheManager(ReuseMixin):
         try:
             return [seqs[rid].blocks for rid in request_ids]
         except (KeyError, TypeError):
+            if not hasattr(request_ids, "__iter__"):
+                raise ConfigError("request_ids", request_ids, "must be a list of held request ids") from None
             for rid in request_ids:
                 self._seq(rid)           # raises for the first id it does not hold, naming it
             raise
@@ -313,3 +316,17 @@ def _batch_summary(batch: BatchDesc) -> list[dict]:
         else:
             out.append({"count": 1, "capacity": kv.capacity, "history": kv.history_length})
     return out
+
+
+def _check_mapping(mapping, pp_rank) -> None:
+    """A ``mapping`` that is a ``kvcm.Mapping`` (a dict of its fields used to end in an ``AttributeError``), and a
+    ``pp_rank`` only with one (without, the manager is one GPU's and ``pp_rank`` was silently ignored)."""
+    from .parallel import Mapping
+
+    if mapping is None:
+        if pp_rank != 0:
+            raise ConfigError("pp_rank", pp_rank, "needs a mapping (kvcm.Mapping(pp_size=...)); without one the cache "
+                              "is one GPU's, stage 0")
+    elif not isinstance(mapping, Mapping):
+        raise ConfigError("mapping", mapping, f"must be a kvcm.Mapping, not {type(mapping).__name__} (for a dict "
+                          "of its fields: kvcm.Mapping(**fields))")

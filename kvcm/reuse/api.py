@@ -287,6 +287,8 @@ class ReuseMixin:
         ``countReusableBlocks``): with ``only_allocated``, only blocks a running request holds, since cached
         blocks nobody holds are in the free count already. Changes nothing."""
         tokens = _token_ids("token_ids", token_ids)
+        # a prompt no request can hold is a mistake, not a prompt with no cached prefix (add_sequence refuses it)
+        validation.count("token_ids", len(tokens), 0, self.max_seq_len, "max_seq_len; the value is the length")
         validation.flag("only_allocated", only_allocated)
         if self._reuse is None:
             return 0

@@ -11,8 +11,9 @@ import pytest
 import kvcm
 from kvcm.errors import ConfigError, OutOfPagesError
 from _reuse_driver import build, counts_add_up, decode, prefill, run, swa_spec
+from kvcm.versions import NAMES as ALL_VERSIONS
 
-VERSIONS = ["v1", "v2"]
+VERSIONS = list(ALL_VERSIONS)
 
 
 def _cached(mgr, tokens, scope=(None, None)):
