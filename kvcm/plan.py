@@ -127,6 +127,10 @@ def plan(args, progress: bool | None = None) -> dict:
         entry.update(estimation=est.estimation, final=final.describe(),
                      max_concurrency=max_concurrency(final, args.max_seq_len),
                      warmup=[w.as_dict() for w in est.warmups])
+        from .plan_host_tier import entry as host_tier_entry
+        host_tier = host_tier_entry(final, args)
+        if host_tier is not None:
+            entry["host_tier"] = host_tier
         if mapping is not None:
             from .plan_parallel import deployment, stage_entries
             entry["stages"] = stage_entries(stages, model, mapping,
@@ -180,6 +184,8 @@ def check_args(args):
                                                "and with -D 0 there is no draft length to add")
     if args.draft_model is not None:  # '' used to mean "no draft model", silently
         _check_draft(args, config)
+    from .plan_host_tier import check as check_host_tier
+    check_host_tier(args, MAX_GIB)
     return mapping_of(args, config)
 
 
@@ -391,6 +397,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-partial-reuse", action="store_true",
                    help="reuse whole blocks only: KvCacheConfig.enable_partial_reuse=False (default: off, so a partly "
                    "matched block is reused too)")
+    from .plan_host_tier import add_arguments as host_tier_arguments
+    host_tier_arguments(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON (for machines) instead of text (default: off)")
 
 

@@ -92,7 +92,8 @@ class LLM:
                  spec_max_concurrency: int | None = spec_cutoff.DEFAULT_SPEC_MAX_CONCURRENCY,
                  spec_acceptance_window: int = _gate.DEFAULT_WINDOW,
                  spec_acceptance_threshold: float | None = None,
-                 decode_split_len: int = 0, prefill_block_m: int | None = None, fused_layers: bool = True):
+                 decode_split_len: int = 0, prefill_block_m: int | None = None, fused_layers: bool = True,
+                 host_cache_size: int | None = None):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
         (eagerly) on the CPU unless ``graph_capture`` says otherwise. ``overlap``: schedule and launch each
@@ -125,6 +126,10 @@ class LLM:
         (``fused_layers.py``) rather than its own code's fifteen. All become one ``KernelOptions``, passed down to
         every cache's runner.
 
+        ``host_cache_size``: bytes of host memory for V1's host tier (TensorRT-LLM's ``KvCacheConfig.host_cache_size``;
+        ``kvcm/reuse/host_tier.py``): cached pages an allocation evicts are copied there (pinned memory on CUDA)
+        and copied back on a hit instead of being recomputed; overrides ``kv_cache_config.host_cache_size``.
+
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
         ``draft_kvcm_version=``.
         """
@@ -147,6 +152,8 @@ class LLM:
         if kv_cache_config is None:
             kv_cache_config = default_kv_cache_config(model, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
                                                       device=device, max_num_tokens=max_num_tokens)
+        if host_cache_size is not None:
+            kv_cache_config = kv_cache_config.replace(host_cache_size=host_cache_size)
         self.kv_cache_config = kv_cache_config
         self.kvcm_version = kvcm_version
         self.model_spec = ModelSpec.from_hf_config(model.config)
