@@ -21,6 +21,8 @@
 #   kernels     benchmarks/decode_attention.py (the decode attention kernel, whole vs split keys, batch x KV
 #               length) and benchmarks/prefill_attention.py (the kernel on the benchmarks' prefill steps, by query
 #               tile); no weights and no GSM8K, so the call that stages the model's first half can run it
+#   breakdown   benchmarks/step_breakdown.py (SmolLM2-135M's shape, random weights, bf16, batch 256): a full-batch
+#               decode step and a mixed step kernel class by kernel class; no weights and no GSM8K
 #   split       benchmarks/fewshot.py 8-shot with kvcm V2 alone (no HF): as it is, decode_split_len 256, and
 #               prefill_block_m 64
 #   drift       benchmarks/kernel_drift.py: which component moves bf16 logits from fp32
@@ -38,7 +40,7 @@ parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(throughput lane spec drift)   # gemma runs only when named (its model is staged apart)
 for part in "${parts[@]}"; do
   case $part in
-    kernels) ;;
+    kernels|breakdown) ;;
     gemma) : "${KVCM_GSM8K_DIR:?set it}" "${KVCM_GEMMA3_GGUF:?set it (ci/gemma_stage.sh setup.sh does)}" ;;
     *) : "${KVCM_GSM8K_DIR:?set it}" "${KVCM_SMOLLM2_GGUF:?set it (gpu-stage setup.sh does)}" ;;
   esac
@@ -72,6 +74,9 @@ for part in "${parts[@]}"; do
       timeout $(( budget / 3 )) python3 benchmarks/fewshot.py --model smollm2 --shots 8 --num-prompts 0 \
         --kvcm-versions v2 --dtype bfloat16 --batch-size 1024 --max-num-tokens 16384 --no-hf --profile \
         --json "$out/fewshot_wide.json" 2>&1 | quiet | tee -a "$out/wide.log" ;;
+    breakdown)
+      timeout "$budget" python3 benchmarks/step_breakdown.py --json "$out/breakdown.json" 2>&1 | quiet \
+        | tee "$out/breakdown.log" ;;
     cutoff)
       timeout "$budget" python3 benchmarks/gpu_spec.py --only speed --dtype bfloat16 --drafts 4 \
         --batches 1 4 8 16 32 64 256 --cutoffs none default --repeats 3 --token-buckets 16 64 256 1024 \

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .loading import plugin_args
-from .paths import output_problem
+from .paths import output_problem, write_atomically
 
 DEFAULT_LANE = "l0_cpu"
 JOBS_ENV = "KVCM_SENSITIVITY_JOBS"
@@ -93,10 +93,16 @@ def check_inputs(args) -> tuple[list[str], int]:
     if jobs < 1:
         raise InputError(f"{source}={jobs}: must be >= 1 (pytest runs at once)")
     if args.json:
-        problem = output_problem(args.json)
+        problem = output_problem(args.json, ours=_is_report)
         if problem:
             raise InputError(f"--json {args.json}: {problem}")
     return extra, jobs
+
+
+def _is_report(path: Path) -> bool:
+    """Whether ``path`` is a report an earlier ``--json`` wrote (the only file ``--json`` replaces)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return isinstance(data, dict) and {"mode", "clean", "defects"} <= set(data)
 
 
 ID_PROPERTY = "kvcm_id"
@@ -294,8 +300,7 @@ def _main(args) -> int:
                   + ")")
     if args.json:
         try:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps({"mode": mode, "clean": cleans, "defects": defects}, indent=2))
+            write_atomically(args.json, json.dumps({"mode": mode, "clean": cleans, "defects": defects}, indent=2))
         except OSError as e:  # checked at the start; the directory changed since (the table above still stands)
             print(f"kvcm sensitivity: --json {args.json}: cannot be written ({e.strerror or e})", file=sys.stderr)
             ok = False

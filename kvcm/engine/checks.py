@@ -59,10 +59,11 @@ def check_tokenizer(tokenizer) -> None:
 
 def check_engine_options(model, *, max_seq_len, overlap, trace, cuda_graph, graph_capture,
                          cuda_graph_batch_sizes, cuda_graph_token_buckets, decode_split_len=0,
-                         prefill_block_m=None) -> None:
+                         prefill_block_m=None, fused_layers=True) -> None:
     """The ``LLM`` keywords ``Limits`` does not own: flags are bools, size lists hold positive integers, and
     ``max_seq_len`` fits the model's positions (past them the rotary tables give garbage, silently)."""
-    for name, value in (("overlap", overlap), ("trace", trace), ("cuda_graph", cuda_graph)):
+    for name, value in (("overlap", overlap), ("trace", trace), ("cuda_graph", cuda_graph),
+                        ("fused_layers", fused_layers)):
         validation.flag(name, value)
     if graph_capture is not None:
         validation.flag("graph_capture", graph_capture)

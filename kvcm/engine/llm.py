@@ -92,7 +92,7 @@ class LLM:
                  spec_max_concurrency: int | None = spec_cutoff.DEFAULT_SPEC_MAX_CONCURRENCY,
                  spec_acceptance_window: int = _gate.DEFAULT_WINDOW,
                  spec_acceptance_threshold: float | None = None,
-                 decode_split_len: int = 0, prefill_block_m: int | None = None):
+                 decode_split_len: int = 0, prefill_block_m: int | None = None, fused_layers: bool = True):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
         (eagerly) on the CPU unless ``graph_capture`` says otherwise. ``overlap``: schedule and launch each
@@ -121,7 +121,9 @@ class LLM:
         default, reads a sequence's keys in one program): long contexts at small batches read in parallel.
         ``prefill_block_m``: the kernel's query rows a program on every other step (a power of two up to 128;
         None, the default, takes its least tile, 16 rows): more of a prefill chunk's tokens share each key tile
-        read. Both become one ``KernelOptions``, passed down to every cache's runner.
+        read. ``fused_layers``: where the kernels run, a Llama-family model's layers take nine launches each
+        (``fused_layers.py``) rather than its own code's fifteen. All become one ``KernelOptions``, passed down to
+        every cache's runner.
 
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
         ``draft_kvcm_version=``.
@@ -133,8 +135,9 @@ class LLM:
                                     cuda_graph=cuda_graph, graph_capture=graph_capture,
                                     cuda_graph_batch_sizes=cuda_graph_batch_sizes,
                                     cuda_graph_token_buckets=cuda_graph_token_buckets,
-                                    decode_split_len=decode_split_len, prefill_block_m=prefill_block_m)
-        kernel = KernelOptions(decode_split_len, prefill_block_m)
+                                    decode_split_len=decode_split_len, prefill_block_m=prefill_block_m,
+                                    fused_layers=fused_layers)
+        kernel = KernelOptions(decode_split_len, prefill_block_m, fused_layers)
         checks.check_drafter(drafter, max_draft_len, model, prefill_block_m)
         self.spec_max_concurrency = spec_max_concurrency
         self.spec_acceptance_window, self.spec_acceptance_threshold = spec_acceptance_window, spec_acceptance_threshold

@@ -25,24 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from ..paths import output_problem, write_atomically
+
 _SPLIT = pytest.StashKey[tuple]()  # (K, N)
 _RECORD = pytest.StashKey[dict]()  # node id -> seconds, while recording
 _PATH = pytest.StashKey[Path]()
 _OUT = pytest.StashKey[Path]()  # where recorded durations go when not the durations file
 
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-stage-split", dest="kvcm_stage_split", default=None, metavar="K/N",
-                    help="run stage K of N of the lane (1 <= K <= N), stages balanced by recorded durations")
-    group.addoption("--kvcm-durations", dest="kvcm_durations", default=None, metavar="PATH",
-                    help="durations file for --kvcm-stage-split / --kvcm-record-durations "
-                    "(default ci/durations/<lane>.json under rootdir)")
-    group.addoption("--kvcm-record-durations", dest="kvcm_record_durations", action="store_true", default=False,
-                    help="merge this run's test durations into the durations file at the end")
-    group.addoption("--kvcm-durations-out", dest="kvcm_durations_out", default=None, metavar="PATH",
-                    help="with --kvcm-record-durations: merge them into PATH instead, leaving the durations file "
-                    "(and so every stage's cut) as it is")
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -126,11 +115,29 @@ def configure(config: pytest.Config, lane_name: str | None) -> None:
         config.stash[_OUT] = out_path
     if not (split or record):
         return
-    config.stash[_PATH] = durations_path(config, lane_name or "")
+    config.stash[_PATH] = path = durations_path(config, lane_name or "")
+    _check_durations_file(path, split=split, record=record, named=bool(config.getoption("kvcm_durations")))
     if split:
         config.stash[_SPLIT] = parse_split(split)
     if record and not hasattr(config, "workerinput"):  # the xdist controller sees every report
         config.stash[_RECORD] = {}
+
+
+def _check_durations_file(path: Path, *, split, record, named: bool) -> None:
+    """At start-up, not at the end of a run: a directory, a FIFO or a file that is not a durations object is
+    refused; a missing file is refused when ``--kvcm-durations`` named it for a split (its stages would be
+    silently unbalanced) and, when recording, when its directory does not exist. Recording replaces only a
+    durations file."""
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise pytest.UsageError(f"durations file {path}: is not a regular file (a directory?); give a JSON file")
+        load_durations(path)  # a usage error naming the file when it is not node id -> seconds
+    elif split and named and not record:
+        raise pytest.UsageError(f"durations file {path}: no such file (record one with --kvcm-record-durations)")
+    elif record and named:  # the default ci/durations/ is made on first use
+        problem = output_problem(path)
+        if problem:
+            raise pytest.UsageError(f"durations file {path}: {problem}")
 
 
 def select_stage(config: pytest.Config, items: list[pytest.Item]) -> str | None:
@@ -173,4 +180,4 @@ class _Recorder:
         path = self.config.stash.get(_OUT, None) or self.config.stash[_PATH]
         merged = {**load_durations(path), **{k: round(v, 3) for k, v in self.seconds.items()}}
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n", encoding="utf-8")
+        write_atomically(path, json.dumps(dict(sorted(merged.items())), indent=1) + "\n")  # never half a file

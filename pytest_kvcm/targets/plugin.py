@@ -13,22 +13,16 @@ from .contract import TargetUnavailable
 from .differences import summary
 from .registry import BUILTIN_TARGETS, build_target_registry
 
-DEFAULT = "kvcm-v1,kvcm-v2,kvcm-v4,trtllm,hf"
+from ..options import TARGETS_DEFAULT as DEFAULT
 
-
-def pytest_addoption(parser):
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-target", default=None, metavar="NAMES",
-                    help="comma-separated managers under test for the contract suites: kvcm-v1, kvcm-v2, kvcm-v4, "
-                         f"vllm, sglang, hf, trtllm, your own, or 'all' (ini: kvcm_target; default {DEFAULT})")
-    parser.addini("kvcm_target", "default for --kvcm-target", default=DEFAULT)
+TARGETS = pytest.StashKey[dict]()   # name -> target factory: the run's registry (built-in and users' hooks)
 
 
 def selected_targets(config) -> list[str]:
     """The names ``--kvcm-target`` (else ini ``kvcm_target``) gives, in order, each once; ``all`` anywhere in the
     list is every registered target. Given but empty (``--kvcm-target=``, ``kvcm_target =``) is a usage error, not
     the default."""
-    registry = config._kvcm_targets
+    registry = config.stash[TARGETS]
     raw, source = config.getoption("kvcm_target"), "--kvcm-target"
     if raw is None:
         raw, source = config.getini("kvcm_target"), "ini kvcm_target"
@@ -47,9 +41,9 @@ def selected_targets(config) -> list[str]:
 
 
 def pytest_configure(config):
-    config._kvcm_targets = build_target_registry(config.pluginmanager)
+    config.stash[TARGETS] = build_target_registry(config.pluginmanager)
     # a bad name, or a user's adapter that lacks a method or returns the wrong type, is a usage error before collection
-    check_registered(config._kvcm_targets, selected_targets(config), BUILTIN_TARGETS)
+    check_registered(config.stash[TARGETS], selected_targets(config), BUILTIN_TARGETS)
 
 
 def pytest_generate_tests(metafunc):
@@ -90,7 +84,7 @@ def kvcm_target(request, kvcm_target_name, kvcm_reuse):
     run by default; with it off the block-reuse tests skip and every pool is built without reuse; ``both`` runs
     each test twice (ids ``[<target>-reuse]`` / ``[<target>-noreuse]``), the reuse instance only where the target
     has reuse."""
-    factory = request.config._kvcm_targets[kvcm_target_name]
+    factory = request.config.stash[TARGETS][kvcm_target_name]
 
     def build(spec):
         try:
