@@ -40,7 +40,9 @@ def entry(manager, args) -> dict | None:
     if args.host_cache_size is None:
         return None
     host_bytes = int(args.host_cache_size * GiB)
-    if manager.kvcm_version != "v1":
+    from . import versions
+
+    if not versions.get(manager.kvcm_version).models_host_tier:
         return {"host_cache_size": host_bytes, "modelled": False,
                 "why": "kvcm models the host tier as TensorRT-LLM V1's secondary pool; V2's cache levels are not "
                        "modelled"}

@@ -40,6 +40,9 @@ class ManagerVersion:
     draft_budget_split: Literal["one-model draft", "variable windows"]
     # V1 always reserves ``max_draft_len`` draft slots with a context chunk; V2 reserves the step's own drafts
     reserves_max_draft_len: bool
+    # the host tier is modelled as TensorRT-LLM V1's secondary pool (offload on eviction, onboard on reuse);
+    # V2's cache levels are not modelled
+    models_host_tier: bool = False
 
     @property
     def cls(self) -> type:
@@ -52,7 +55,7 @@ MANAGERS: dict[str, ManagerVersion] = {m.name: m for m in (
                    "token-count growth, no window release, no constraints (TensorRT-LLM's KVCacheManager)",
                    releases_window_pages=False, serves_deepseek_v4=False, common_max_tokens_across_ranks=True,
                    trtllm_estimation_path=False, draft_budget_split="variable windows",
-                   reserves_max_draft_len=True),
+                   reserves_max_draft_len=True, models_host_tier=True),
     ManagerVersion("v2", "kvcm.manager_v2:KVCacheManagerV2",
                    "capacity/history, window release, constraints and a typical step (TensorRT-LLM's "
                    "KVCacheManagerV2)",
