@@ -210,9 +210,9 @@ class LLM:
 
     def reserved(self) -> str:
         """What this engine holds for its KV cache, in words (the draft model's cache too, when there is one)."""
-        m = self.manager
-        text = (f"KV cache {human_bytes(m.pool_bytes)} on {self.device.type} = {m.max_tokens:,} tokens "
-                f"({m.kvcm_version}, {m.tokens_per_block} tokens a block)")
+        mgr = self.manager
+        text = (f"KV cache {human_bytes(mgr.pool_bytes)} on {self.device.type} = {mgr.max_tokens:,} tokens "
+                f"({mgr.kvcm_version}, {mgr.tokens_per_block} tokens a block)")
         draft = getattr(self.drafter, "manager", None)
         if draft is not None:
             text += f" + draft KV cache {human_bytes(draft.pool_bytes)}"
