@@ -51,7 +51,8 @@ def free_device_memory(device):
 
 
 def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from pytest_kvcm.accuracy.gsm8k_rows import gsm8k_rows_or_exit
+    return gsm8k_rows_or_exit(path, "--gsm8k")
 
 
 def fewshot_prompts(tok, gsm8k: Path, shots: int, num: int) -> tuple[list[list[int]], list[str], int]:

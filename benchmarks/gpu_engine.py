@@ -57,8 +57,8 @@ def gsm8k_questions(n: int) -> list[str]:
         path = Path(root)
         files = sorted(path.glob("test.jsonl")) + sorted(path.glob("**/test*.jsonl"))
         if files:
-            with open(files[0]) as f:
-                rows = [json.loads(line)["question"] for line in f if line.strip()]
+            from pytest_kvcm.accuracy.gsm8k_rows import gsm8k_rows_or_exit
+            rows = [r["question"] for r in gsm8k_rows_or_exit(files[0], "KVCM_GSM8K_DIR")]
         else:
             shards = sorted(path.glob("**/test*.parquet"))
             try:

@@ -25,7 +25,8 @@ MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from pytest_kvcm.accuracy.gsm8k_rows import gsm8k_rows_or_exit
+    return gsm8k_rows_or_exit(path, "KVCM_GSM8K_DIR")
 
 
 def main():
@@ -34,6 +35,8 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if not os.environ.get("KVCM_GSM8K_DIR"):
+        raise SystemExit("KVCM_GSM8K_DIR: not set; give the directory of GSM8K's test.jsonl and train.jsonl")
     root = Path(os.environ["KVCM_GSM8K_DIR"])
     test, train = rows(root / "test.jsonl"), rows(root / "train.jsonl")
     device = "cuda" if torch.cuda.is_available() else "cpu"

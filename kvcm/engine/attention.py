@@ -37,9 +37,11 @@ NAME = "kvcm_paged"
 class KernelOptions:
     """How the Triton kernel tiles a step, one bundle from ``LLM`` to every cache's runner (the torch reference
     ignores it): ``decode_split_len`` splits a decode-only step's keys into shares of that many positions (0:
-    whole), ``prefill_block_m`` is the query rows a program on every other step (None: the least tile)."""
+    whole), ``prefill_block_m`` is the query rows a program on every other step (None: the least tile);
+    ``fused_layers`` runs a Llama-family body in nine launches a layer (``fused_layers.py``) where it applies."""
     decode_split_len: int = 0
     prefill_block_m: int | None = None
+    fused_layers: bool = True
 
 
 @dataclass

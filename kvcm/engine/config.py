@@ -46,13 +46,14 @@ class EngineConfig:
     spec_acceptance_threshold: float | None = None
     decode_split_len: int = 0
     prefill_block_m: int | None = None
+    fused_layers: bool = True                       # the Triton path's fused Llama-family layers (fused_layers.py)
     limits: Limits = field(init=False, repr=False, compare=False)   # B, S, N, D and the device, checked
 
     def __post_init__(self):
         set_ = object.__setattr__.__get__(self)
         set_("limits", Limits(self.max_batch_size, self.max_seq_len, self.max_num_tokens,
                               0 if self.max_draft_len is None else self.max_draft_len, device=self.device))
-        for name in ("overlap", "trace", "cuda_graph"):
+        for name in ("overlap", "trace", "cuda_graph", "fused_layers"):
             validation.flag(name, getattr(self, name))
         if self.graph_capture is not None:
             validation.flag("graph_capture", self.graph_capture)

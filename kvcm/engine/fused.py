@@ -75,14 +75,15 @@ if triton is not None:
             tl.store(dst + obase + HALF, o2.to(ty), mask=m)
 
     @triton.jit
-    def _silu_mul_kernel(g_ptr, u_ptr, out_ptr, numel, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < numel
-        g = tl.load(g_ptr + offs, mask=mask, other=0.0)
-        u = tl.load(u_ptr + offs, mask=mask, other=0.0)
+    def _silu_mul_kernel(g_ptr, u_ptr, out_ptr, n, s_g, s_u, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        g = tl.load(g_ptr + row * s_g + offs, mask=mask, other=0.0)
+        u = tl.load(u_ptr + row * s_u + offs, mask=mask, other=0.0)
         gf = g.to(tl.float32)
         act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)
-        tl.store(out_ptr + offs, (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype), mask=mask)
+        tl.store(out_ptr + row * n + offs, (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype), mask=mask)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -111,11 +112,13 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """``silu(gate) * up`` with the intermediate rounded to the dtype (both contiguous, same shape)."""
-    out = torch.empty_like(gate)
-    n = gate.numel()
-    if n:
-        _silu_mul_kernel[(triton.cdiv(n, 1024),)](gate, up, out, n, BLOCK=1024)
+    """``silu(gate) * up`` with the intermediate rounded to the dtype; gate and up of one shape, rows of dense
+    columns at any row stride (the two halves of one side-by-side projection too); the result is contiguous."""
+    n = gate.shape[-1]
+    g2, u2 = gate.reshape(-1, n), up.reshape(-1, n)
+    out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    if gate.numel():
+        _silu_mul_kernel[(g2.shape[0], triton.cdiv(n, 1024))](g2, u2, out, n, g2.stride(0), u2.stride(0), BLOCK=1024)
     return out
 
 

@@ -114,7 +114,9 @@ class LLM:
         default, reads a sequence's keys in one program): long contexts at small batches read in parallel.
         ``prefill_block_m``: the kernel's query rows a program on every other step (a power of two up to 128;
         None, the default, takes its least tile, 16 rows): more of a prefill chunk's tokens share each key tile
-        read. Both become one ``KernelOptions``, passed down to every cache's runner.
+        read. ``fused_layers``: where the kernels run, a Llama-family model's layers take nine launches each
+        (``fused_layers.py``) rather than its own code's fifteen. All become one ``KernelOptions``, passed down to
+        every cache's runner.
 
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
         ``draft_kvcm_version=``.
@@ -138,7 +140,7 @@ class LLM:
         # the one bundle every cache this engine builds is sized for (a draft cache: max_seq_len + D)
         self.limits = c.limits
         max_seq_len, max_draft_len, device = c.max_seq_len, c.max_draft_len, c.device
-        kernel = KernelOptions(c.decode_split_len, c.prefill_block_m)
+        kernel = KernelOptions(c.decode_split_len, c.prefill_block_m, c.fused_layers)
         self.spec_max_concurrency = c.spec_max_concurrency
         self.spec_acceptance_window, self.spec_acceptance_threshold = c.spec_acceptance_window, c.spec_acceptance_threshold
         self.model = model.to(device).eval()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..protocols import StepManager
-from . import attention, fused, triton_attention
+from . import attention, fused, fused_layers, triton_attention
 from .attention import AttentionContext, GroupMeta, KernelOptions
 from .batch import Filled, StepBuffers
 from .trace import Tracer
@@ -54,6 +54,7 @@ class ModelRunner:
         self.windows = [g.window for g in mgr.layer_groups]
         self.use_kernel = triton_attention.available(self.device.type)
         self.fused = fused.fused_ops(model, self.device)
+        self.layers = fused_layers.fused_layers(model, self.device) if kernel.fused_layers else None
         # the sampled token of each logit row of the last step, where the next step's placeholders read it
         self.last_tokens = torch.zeros((mgr.max_batch_size + 1) * (1 + mgr.max_draft_len), dtype=torch.long,
                                        device=self.device)
@@ -121,6 +122,8 @@ class ModelRunner:
 
     def forward_hidden(self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext):
         """The decoder body on a packed batch: ids/positions [T] -> hidden states [T, hidden]."""
+        if self.layers is not None:
+            return self.layers.forward(input_ids, positions, ctx)
         with self.paged():
             attention.set_context(ctx)
             out = self.base(input_ids=input_ids[None], position_ids=positions[None], use_cache=False)

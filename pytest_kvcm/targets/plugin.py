@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+
+from pytest_kvcm.reuse_option import selected_modes
 
 from .adapter_check import check_registered
 from .contract import TargetUnavailable
+from .differences import summary
 from .registry import BUILTIN_TARGETS, build_target_registry
 
 from ..options import TARGETS_DEFAULT as DEFAULT
@@ -51,22 +56,54 @@ def pytest_report_header(config):
     return f"kvcm targets: {', '.join(selected_targets(config))}"
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Every test a declared difference relaxed, and how: a green run says what it did not check."""
+    reports = [r for group in terminalreporter.stats.values() for r in group if hasattr(r, "nodeid")]
+    groups = summary(reports)
+    if groups:
+        tests = len({i for ids in groups.values() for i in ids})
+        terminalreporter.section(f"kvcm declared differences relaxed {tests} test(s)")
+        for entry, ids in groups.items():
+            terminalreporter.write_line(f"{entry} ({len(ids)} test(s))")
+            for nodeid in ids:
+                terminalreporter.write_line(f"    {nodeid}")
+
+
 @pytest.fixture
 def kvcm_target_name(request) -> str:
     return request.param
 
 
 @pytest.fixture
-def kvcm_target(request, kvcm_target_name):
+def kvcm_target(request, kvcm_target_name, kvcm_reuse):
     """``kvcm_target(PoolSpec(...))`` builds a fresh manager of this test's target; skips with the install hint
-    when the engine is missing."""
+    when the engine is missing.
+
+    ``--kvcm-reuse`` applies here as everywhere: with reuse on (the default) a target that has block reuse is
+    built with it on for every test, so the allocation contract is checked on a pool that caches, as engines
+    run by default; with it off the block-reuse tests skip and every pool is built without reuse; ``both`` runs
+    each test twice (ids ``[<target>-reuse]`` / ``[<target>-noreuse]``), the reuse instance only where the target
+    has reuse."""
     factory = request.config.stash[TARGETS][kvcm_target_name]
 
-    def make(spec):
+    def build(spec):
         try:
-            return factory(spec)
+            target = factory(spec)
         except TargetUnavailable as exc:
             pytest.skip(f"target {kvcm_target_name}: {exc}")
+        target._kvcm_node = request.node  # where differs() records what a declared difference relaxed
+        return target
+
+    def make(spec):
+        if spec.reuse and not kvcm_reuse:
+            pytest.skip("block reuse is off in this run (--kvcm-reuse=off, or the noreuse instance of both)")
+        target = build(spec)
+        if kvcm_reuse and not spec.reuse:
+            if getattr(target, "supports_reuse", False) is True:
+                return build(dataclasses.replace(spec, reuse=True))
+            if len(selected_modes(request.config)) > 1:
+                pytest.skip(f"target {kvcm_target_name} has no block reuse: its noreuse instance runs this test")
+        return target
 
     make.name = kvcm_target_name
     return make

@@ -166,10 +166,11 @@ def test_store_kv_writes_each_token_at_its_slot(device):
     assert torch.equal(got.cpu(), ref)
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
 def test_engine_on_the_kernels_matches_hf_generate(device, arch, kvcm_version):
     """The engine with the kernels (eager, then its static steps: decode shapes and token buckets) gives HF
-    generate's tokens; mistral runs past its window with V2 releasing pages."""
+    generate's tokens; mistral runs past its window with V2 releasing pages. Llama, Mistral and Qwen2 (q/k/v
+    biases) run the fused layers, Qwen3 (per-head q/k norms) its own layers with the fused small ops."""
     model, _ = tiny_model(arch, seed=5, device=device)
     prompts = random_prompts(11, [5, 21, 9])
     params = SamplingParams(max_new_tokens=14, ignore_eos=True)
@@ -178,6 +179,7 @@ def test_engine_on_the_kernels_matches_hf_generate(device, arch, kvcm_version):
               kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=512, dtype="float32"))
     eager = LLM(model, **kw)
     assert eager.runner.use_kernel
+    assert (eager.runner.layers is not None) == (arch != "qwen3")
     assert [o.token_ids for o in eager.generate(prompts, params)] == ref
     static = LLM(model, cuda_graph=True, cuda_graph_batch_sizes=[1, 2], cuda_graph_token_buckets=[16], **kw)
     assert [o.token_ids for o in static.generate(prompts, params)] == ref
@@ -252,3 +254,75 @@ def test_fused_ops_are_swapped_in_only_inside_an_engine_forward(device):
     model(torch.tensor([[5, 6, 7]], device=device))
     hook.remove()
     assert seen == [(True, True), (False, False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_layer_kernels_compute_what_hugging_face_computes(device, dtype):
+    """The fused layers' own kernels: the residual add and the norm in one (the sum bit for bit, the norm as
+    ``fused.rmsnorm``), rotary with the K/V write in one (the pages bit for bit as HF's rotary then ``store_kv``),
+    and SiLU-and-mul on the two halves of one side-by-side projection. Bit for bit where the rounding is the
+    GPU's: the interpreter rounds fp32 to bf16 by truncation, so there bf16 is checked to one bf16 step."""
+    from transformers.models.llama import modeling_llama as hf
+    from kvcm.engine import fused, fused_layers
+    g = torch.Generator().manual_seed(4)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    exact = dtype == torch.float32 or device == "cuda"
+
+    def same(a, b):
+        if exact:
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(a, b, **tol)
+    x, y = torch.randn(7, 576, generator=g).to(dtype), torch.randn(7, 576, generator=g).to(dtype)
+    norm = hf.LlamaRMSNorm(576, eps=1e-5)
+    norm.weight.data = torch.randn(576, generator=g).to(dtype)
+    ref_sum = x + y
+    ref = norm(ref_sum)
+    xd = x.clone().to(device)
+    got = fused_layers.add_rmsnorm(xd, y.to(device), norm.weight.to(device), 1e-5).cpu()
+    same(xd.cpu(), ref_sum)
+    torch.testing.assert_close(got, ref, **tol)
+    same(got, fused.rmsnorm(xd, norm.weight.to(device), 1e-5).cpu())
+    t, heads, kvh, d, tpb = 5, 9, 3, 64, 8
+    qkv = torch.randn(t, (heads + 2 * kvh) * d, generator=g).to(dtype)
+    ang = torch.randn(t, d // 2, generator=g)
+    cos, sin = torch.cat([ang.cos()] * 2, -1).to(dtype), torch.cat([ang.sin()] * 2, -1).to(dtype)
+    q, k, v = qkv.split([heads * d, kvh * d, kvh * d], -1)
+    rq, rk = hf.apply_rotary_pos_emb(q.view(1, t, heads, d).transpose(1, 2), k.view(1, t, kvh, d).transpose(1, 2),
+                                     cos[None], sin[None])
+    flat = torch.randperm(6 * tpb, generator=g)[:t]
+    pages = torch.randn(6, 2, tpb, kvh, d, generator=g).to(dtype)
+    ref_pages = pages.clone()
+    ref_pages[:, 0].index_put_((flat // tpb, flat % tpb), rk[0].transpose(0, 1))
+    ref_pages[:, 1].index_put_((flat // tpb, flat % tpb), v.view(t, kvh, d))
+    got_pages = pages.to(device)
+    got_q = fused_layers.rope_store(qkv.to(device), cos.to(device), sin.to(device), got_pages,
+                                    (flat // tpb).to(device), (flat % tpb).to(device), heads, kvh).cpu()
+    same(got_q, rq[0].transpose(0, 1))
+    same(got_pages.cpu(), ref_pages)
+    gu = torch.randn(7, 2 * 1536, generator=g).to(dtype)
+    ref = torch.nn.functional.silu(gu[:, :1536]) * gu[:, 1536:]
+    gud = gu.to(device)
+    torch.testing.assert_close(fused.silu_mul(gud[:, :1536], gud[:, 1536:]).cpu(), ref, **tol)
+
+
+def test_fused_layers_share_the_weights_and_follow_a_replaced_one(device):
+    """The side-by-side projections hold the modules' weights (theirs are views, no copy), so Hugging Face
+    generate on the same model is unchanged; a weight replaced by a new tensor is picked up by the next step."""
+    model, _ = tiny_model("llama", seed=5, device=device)
+    prompts = random_prompts(12, [6, 9])
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    ref = [r.token_ids for r in hf_generate(model, prompts, 6, eos_token_id=[])]
+    llm = LLM(model, max_batch_size=2, max_seq_len=64, device=device, enable_block_reuse=False,   # no stale prefix
+              kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=256, dtype="float32"))
+    attn = model.model.layers[0].self_attn
+    stack = llm.runner.layers.qkv[0]
+    assert attn.k_proj.weight.untyped_storage().data_ptr() == stack.weight.untyped_storage().data_ptr()
+    assert [r.token_ids for r in hf_generate(model, prompts, 6, eos_token_id=[])] == ref
+    assert [o.token_ids for o in llm.generate(prompts, params)] == ref
+    with torch.no_grad():
+        attn.v_proj.weight = torch.nn.Parameter(attn.v_proj.weight * -3.0)
+        model.model.layers[1].mlp.up_proj.weight.mul_(2.0)          # in place: seen through the view
+    changed = [r.token_ids for r in hf_generate(model, prompts, 6, eos_token_id=[])]
+    assert changed != ref
+    assert [o.token_ids for o in llm.generate(prompts, params)] == changed

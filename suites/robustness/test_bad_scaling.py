@@ -107,4 +107,4 @@ def test_a_sequence_past_max_seq_len_is_refused_at_once(tmp_path, capsys):
     start = time.monotonic()
     assert kvcm.cli.main(["plan", "--model", str(path), "-S", str(kvcm.MAX_SEQ_LEN), "-B", "65536",
                           "--max-tokens", str(10**15), "--json"]) == 0
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 300   # seconds idle; a minute with both cores busy; a hang is hours

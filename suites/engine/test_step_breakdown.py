@@ -1,0 +1,71 @@
+"""The step breakdown benchmark (``benchmarks/step_breakdown.py``) in its CPU smoke form: a tiny seeded model,
+the CPU profiler, its table adding up. The GPU figures come from the same code (docs/benchmarks.md)."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import step_breakdown  # noqa: E402
+from kvcm.models import tiny_model  # noqa: E402
+
+ARGS = ["--model", "tiny", "--device", "cpu", "--batch", "4", "--prompt-len", "12", "--decode-new", "8",
+        "--mixed-tokens", "16", "--mixed-new", "8", "--reps", "1"]
+# every class a llama layer has on the torch path (its rotary too: the cos/sin module and their products)
+CLASSES = {"embedding", "rmsnorm", "qkv_proj", "rotary", "kv_write", "attention", "o_proj", "residual_add",
+           "gate_up_proj", "silu_mul", "down_proj", "lm_head", "glue"}
+
+
+@pytest.fixture(scope="module")
+def table():
+    return step_breakdown.main(ARGS)
+
+
+def test_both_steps_are_the_ones_asked_for(table):
+    d, m = table["decode"]["step"], table["mixed"]["step"]
+    assert (d["rows"], d["decodes"], d["tokens"], d["kv_mean"], d["kv_max"]) == (4, 4, 4, 19, 19)
+    assert m["decodes"] > 0 and m["prefill_tokens"] > 0 and m["tokens"] == 16
+
+
+@pytest.mark.parametrize("step", ["decode", "mixed"])
+def test_the_table_adds_up(table, step):
+    b = table[step]
+    rows = {r["class"]: r for r in b["rows"]}
+    assert {c for c, r in rows.items() if r["us"] > 0} == CLASSES       # every op landed in a class it has
+    assert sum(r["us"] for r in b["rows"]) == pytest.approx(b["kernel_us"])
+    assert sum(k["us"] for r in b["rows"] for k in r["kernels"]) == pytest.approx(b["kernel_us"])
+    assert sum(k["count"] for r in b["rows"] for k in r["kernels"]) == pytest.approx(b["kernels_per_step"])
+    assert sum(r["bytes"] for r in b["rows"]) == b["class_bytes"] > b["bound_bytes"]
+    for r in b["rows"]:
+        assert r["gbps"] == pytest.approx(r["bytes"] / (r["us"] * 1e3))
+    seconds = b["kernel_us"] * 1e-6                     # no graph on the CPU: the step is its ops' time
+    assert b["efficiency"] == pytest.approx(b["bound_bytes"] / (seconds * b["peak_gbps"] * 1e9))
+
+
+def test_the_bound_is_the_weights_and_the_kv(table):
+    """The bound's weight bytes are the model's parameters (tied embeddings once), its KV the rows' lengths."""
+    model, _ = tiny_model("llama", seed=0)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    cfg = model.config
+    kv_token = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * 4
+    d = table["decode"]
+    assert d["bound_bytes"] == weights + kv_token * (4 * 19 + 4)     # 4 rows read 19 keys, write 1 each
+    assert torch.finfo(model.dtype).bits == 32
+
+
+def test_a_graph_replay_takes_the_eager_classes_only_when_its_kernels_match():
+    """On CUDA the table takes the graph replay's kernel times, each kernel the class of the eager kernel at its
+    place; a replay that ran other kernels (or none seen) leaves the eager table."""
+    import _kernel_table as kt
+    eager = kt.Table(2)
+    for _ in range(2):
+        for cls, name, us in (("rmsnorm", "norm_k", 4.0), ("qkv_proj", "gemm_a", 6.0), ("o_proj", "gemm_a", 8.0)):
+            eager.add(cls, name, us)
+    eager.order = [("rmsnorm", "norm_k"), ("qkv_proj", "gemm_a"), ("o_proj", "gemm_a")]
+    graph, used = kt.with_graph_times(eager, [("norm_k", 1.0), ("gemm_a", 2.0), ("gemm_a", 3.0)])
+    assert used and graph.by_class() == {"rmsnorm": 1.0, "qkv_proj": 2.0, "o_proj": 3.0}
+    assert eager.by_class() == {"rmsnorm": 4.0, "qkv_proj": 6.0, "o_proj": 8.0}
+    for other in (None, [("norm_k", 1.0), ("gemm_b", 2.0), ("gemm_a", 3.0)], [("norm_k", 1.0)]):
+        assert kt.with_graph_times(eager, other) == (eager, False)
