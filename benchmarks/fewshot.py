@@ -191,6 +191,11 @@ def main(argv=None) -> int:
                                                           "each one's host share and GPU time (step_profile.py)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if args.json:  # checked before minutes of work: never an input, never a file this benchmark did not write
+        from pytest_kvcm.paths import report_problem
+        problem = report_problem(args.json, "args", "shared_prefix_tokens")
+        if problem:
+            raise SystemExit(f"{ap.prog}: --json {args.json}: {problem}")
     root = Path(__file__).resolve().parents[1]
     gsm8k = Path(args.gsm8k or os.environ.get("KVCM_GSM8K_DIR") or root.parent / "shared" / "data" / "gsm8k")
     for split in ("test", "train"):
@@ -210,7 +215,8 @@ def main(argv=None) -> int:
     def save():
         if args.json:
             keep = [{k: v for k, v in r.items() if k not in ("token_ids", "texts")} for r in results]
-            Path(args.json).write_text(json.dumps({"args": vars(args), "shared_prefix_tokens": common,
+            from pytest_kvcm.paths import write_atomically
+            write_atomically(args.json, json.dumps({"args": vars(args), "shared_prefix_tokens": common,
                                                    "results": keep}, indent=1, default=str))
 
     hf = None

@@ -35,6 +35,11 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.out:  # checked before minutes of work: never an input, never a file this benchmark did not write
+        from pytest_kvcm.paths import report_problem
+        problem = report_problem(args.out, "model", "kvcm_versions")
+        if problem:
+            raise SystemExit(f"{ap.prog}: --out {args.out}: {problem}")
     if not os.environ.get("KVCM_GSM8K_DIR"):
         raise SystemExit("KVCM_GSM8K_DIR: not set; give the directory of GSM8K's test.jsonl and train.jsonl")
     root = Path(os.environ["KVCM_GSM8K_DIR"])
@@ -74,7 +79,8 @@ def main():
     report["threshold_at_n"] = {"threshold": gate.threshold, "theta": gate.theta}
     print("reference entry:\n" + json.dumps(entry, indent=2), flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2))
+        from pytest_kvcm.paths import write_atomically
+        write_atomically(args.out, json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -187,6 +187,11 @@ def main(argv=None):
                     help="run only these sections (default: all three)")
     ap.add_argument("--json", default=None, help="write every figure to this file")
     args = ap.parse_args(argv)
+    if args.json:  # checked before minutes of work: never an input, never a file this benchmark did not write
+        from pytest_kvcm.paths import report_problem
+        problem = report_problem(args.json, "exactness", "speed")
+        if problem:
+            raise SystemExit(f"{ap.prog}: --json {args.json}: {problem}")
     if args.tolerance is None:
         args.tolerance = 1e-3 if args.dtype == "float32" else 0.1
 
@@ -335,7 +340,8 @@ def main(argv=None):
             free(llm)
     say(f"total {time.perf_counter() - t0:.1f} s; {'ALL PASS' if ok else 'SOME FAIL'}")
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        from pytest_kvcm.paths import write_atomically
+        write_atomically(args.json, json.dumps(out, indent=1))
     return 0 if ok else 1
 
 

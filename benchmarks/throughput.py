@@ -305,6 +305,11 @@ def main(argv=None):
     ap.add_argument("--graph-batch-sizes", type=int, nargs="+", default=None,
                     help="kvcm-graph's decode graph batch sizes (default: the engine's, 1, 2, 4 .. batch)")
     args = ap.parse_args(argv)
+    if args.json:  # checked before minutes of work: never an input, never a file this benchmark did not write
+        from pytest_kvcm.paths import report_problem
+        problem = report_problem(args.json, "args", "engines")
+        if problem:
+            raise SystemExit(f"{ap.prog}: --json {args.json}: {problem}")
     if args.threads:
         torch.set_num_threads(args.threads)
     from kvcm.models import load_smollm2
@@ -412,7 +417,8 @@ def main(argv=None):
         except Exception as exc:  # the figures above stand without it
             say(f"   fp32 reference failed: {type(exc).__name__}: {exc}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "engines": info}, indent=1, default=str))
+        from pytest_kvcm.paths import write_atomically
+        write_atomically(args.json, json.dumps({"args": vars(args), "engines": info}, indent=1, default=str))
     gc.collect()
     return 0
 

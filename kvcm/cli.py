@@ -8,6 +8,7 @@ called as ``function(argv, prog)`` and returning the exit status): the pytest pl
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 COMMAND_GROUP = "kvcm.commands"
@@ -72,6 +73,9 @@ def main(argv=None) -> int:
         return 2
     try:
         return plan.main(args)
+    except BrokenPipeError:  # `kvcm plan | head`: the reader has what it wanted; no message, as cat and grep
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail again
+        return 0
     except Exception as exc:  # one line for the user; --debug keeps the traceback
         if debug:
             raise

@@ -27,6 +27,10 @@ def load_config(name: str) -> dict:
         raise ConfigError("model", name, "must be an embedded config's name or a config.json path "
                           f"({', '.join(embedded_models())})")
     path = Path(name)
+    if path.is_dir():  # a model directory (save_pretrained's output, a hub snapshot): its config.json
+        if not (path / "config.json").is_file():
+            raise ConfigError("model", name, f"is a directory without a config.json ({path})")
+        path = path / "config.json"
     if path.is_file():
         try:
             cfg = json.loads(path.read_text(encoding="utf-8"))

@@ -19,6 +19,7 @@ import heapq
 import itertools
 import time
 
+from . import seams
 from .block_pool import BlockPool
 
 DEFAULT_PRIORITY = 35
@@ -280,9 +281,9 @@ class QueuedBlockPool(BlockPool):
         now, out = self.clock(), []
         while self._expiring and self._expiring[0][0] <= now:
             _, _, block, key = heapq.heappop(self._expiring)
-            if self.queue.key(block) == key:
+            if seams.timer_live(key, self.queue.key(block)):
                 self.queue.remove(block)
-                self.queue.push(block, DEFAULT_PRIORITY)
+                self.queue.push(block, DEFAULT_PRIORITY, front=seams.expired_to_front())
                 out.append(block)
                 if self.on_expire is not None:
                     self.on_expire(block)

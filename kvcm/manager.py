@@ -93,7 +93,9 @@ class BaseKVCacheManager(ReuseMixin):
         for g, n in zip(self.layer_groups, blocks):
             if n < 1:
                 raise ConfigError("kv_cache_config", "budget", f"leaves 0 blocks for layer group {g.index} ({g.name}); "
-                                  f"one block there takes {g.bytes_per_block} bytes, the budget is {self.budget_bytes}")
+                                  f"one block there takes {g.bytes_per_block} bytes, the budget is {self.budget_bytes} bytes"
+                                  + (f" (max_tokens={cfg.max_tokens} is under one block of {cfg.tokens_per_block} tokens)"
+                                     if cfg.max_tokens is not None and cfg.max_tokens < cfg.tokens_per_block else ""))
             g.num_blocks = n
         self.pools = [self._pool_class(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
         self.stale_released = [0] * len(self.pools)   # pages V2 gave back as they left a window, per group

@@ -69,12 +69,13 @@ class KVCacheManagerV1(BaseKVCacheManager):
             for blocks, pages in zip(seq.blocks, taken):
                 blocks.extend(pages)
         elif target < have:
-            for g, (blocks, pool) in enumerate(zip(seq.blocks, self.pools)):     # removeToken: to the front
+            front = seams.rewind_to_front()                                       # removeToken
+            for g, (blocks, pool) in enumerate(zip(seq.blocks, self.pools)):
                 if seq.reuse is None or self._reuse is None:
-                    pool.release(blocks[target:], front=True)
+                    pool.release(blocks[target:], front=front)
                 else:
                     kept = seq.reuse.block_priorities(len(blocks), self.tokens_per_block)[target:]
-                    self._reuse.release(g, blocks[target:], kept, front=True)
+                    self._reuse.release(g, blocks[target:], kept, front=front)
                 del blocks[target:]
         seq.capacity = tokens
 

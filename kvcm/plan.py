@@ -127,6 +127,10 @@ def plan(args, progress: bool | None = None) -> dict:
         entry.update(estimation=est.estimation, final=final.describe(),
                      max_concurrency=max_concurrency(final, args.max_seq_len),
                      warmup=[w.as_dict() for w in est.warmups])
+        from .plan_host_tier import entry as host_tier_entry
+        host_tier = host_tier_entry(final, args)
+        if host_tier is not None:
+            entry["host_tier"] = host_tier
         if mapping is not None:
             from .plan_parallel import deployment, stage_entries
             entry["stages"] = stage_entries(stages, model, mapping,
@@ -160,6 +164,10 @@ def check_args(args):
     if args.max_gpu_total_gib is not None:
         validation.finite("--max-gpu-total-gib", args.max_gpu_total_gib, 1 / GiB, MAX_GIB)
     validation.optional_count("--max-tokens", args.max_tokens, 1)
+    tpb = args.tpb if args.tpb is not None else 128 if _is_deepseek_v4(config) else 32
+    if args.max_tokens is not None and args.max_tokens < tpb:  # V1 said "the budget is 0", V2 "3670016 bytes"
+        raise ConfigError("--max-tokens", args.max_tokens, f"must be >= {tpb}, one block of {tpb} tokens [--tpb]: "
+                          "the pools hold whole blocks (V1 floors a token cap to blocks and V2 needs a block a request)")
     validation.count("-B/--max-batch-size", args.max_batch_size, 1, validation.MAX_BATCH_SIZE, "kvcm.MAX_BATCH_SIZE")
     cap = min(positions or validation.MAX_SEQ_LEN, validation.MAX_SEQ_LEN)
     validation.count("-S/--max-seq-len", args.max_seq_len, 1, cap,
@@ -174,8 +182,10 @@ def check_args(args):
     if args.two_model and args.max_draft_len == 0:
         raise ConfigError("--two-model", True, "needs -D/--max-draft-len >= 1: it warms up draft length 0 beside D, "
                                                "and with -D 0 there is no draft length to add")
-    if args.draft_model:
+    if args.draft_model is not None:  # '' used to mean "no draft model", silently
         _check_draft(args, config)
+    from .plan_host_tier import check as check_host_tier
+    check_host_tier(args, MAX_GIB)
     return mapping_of(args, config)
 
 
@@ -213,6 +223,9 @@ def _check_draft(args, target: dict | None) -> None:
     draft token a step, and the draft's positions must hold a request with its drafts (``-S + -D``)."""
     from .errors import ConfigError
 
+    if not args.draft_model.strip():
+        raise ConfigError("--draft-model", args.draft_model, "is empty; give an embedded config's name or a "
+                          "config.json path, or leave the option out for no draft model")
     try:
         draft = load_config(args.draft_model)
     except ConfigError as exc:
@@ -226,12 +239,37 @@ def _check_draft(args, target: dict | None) -> None:
         raise ConfigError("--draft-model", args.draft_model, "needs -D/--max-draft-len >= 1 (the draft tokens it "
                                                              "proposes a step); with -D 0 it never runs")
     _check_layers("--draft-model", args.draft_model, draft, args.max_draft_len)
+    _check_draft_is_smaller(args, target, draft)
     positions = _positions(draft)
     if positions is not None and args.max_seq_len + args.max_draft_len > positions:
         raise ConfigError("-S/--max-seq-len", args.max_seq_len,
                           f"must be <= {positions - args.max_draft_len} with -D {args.max_draft_len}: the draft model "
                           f"(--draft-model {args.draft_model}) holds a request and its drafts in max_position_embeddings="
                           f"{positions} positions")
+
+
+def _kv_width(config: dict | None) -> int | None:
+    """KV values a token (layers x KV heads x head width) read from a config, or None where a key is missing."""
+    cfg = config or {}
+    cfg = cfg.get("text_config") or cfg if "num_hidden_layers" not in cfg else cfg
+    layers, heads = cfg.get("num_hidden_layers"), cfg.get("num_attention_heads")
+    kv = cfg.get("num_key_value_heads") or heads
+    width = cfg.get("head_dim") or (cfg.get("hidden_size") // heads if isinstance(cfg.get("hidden_size"), int)
+                                    and isinstance(heads, int) and heads > 0 else None)
+    values = (layers, kv, width)
+    return layers * kv * width if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values) \
+        else None
+
+
+def _check_draft_is_smaller(args, target: dict | None, draft: dict | None) -> None:
+    """A draft model that caches more a token than its target is the two options swapped (a draft must be cheaper
+    than the model it drafts for, or speculation costs more than it saves)."""
+    from .errors import ConfigError
+
+    t, d = _kv_width(target), _kv_width(draft)
+    if t is not None and d is not None and d > t:
+        raise ConfigError("--draft-model", args.draft_model, f"caches {d:,} KV values a token, more than the target "
+                          f"{args.model}'s {t:,}: a draft must be the smaller model (--model and --draft-model swapped?)")
 
 
 _OPTION_OF_FIELD = {"tokens_per_block": "--tpb", "max_tokens": "--max-tokens", "dtype": "--dtype",
@@ -359,6 +397,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-partial-reuse", action="store_true",
                    help="reuse whole blocks only: KvCacheConfig.enable_partial_reuse=False (default: off, so a partly "
                    "matched block is reused too)")
+    from .plan_host_tier import add_arguments as host_tier_arguments
+    host_tier_arguments(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON (for machines) instead of text (default: off)")
 
 

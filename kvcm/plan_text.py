@@ -176,6 +176,8 @@ def version_lines(m: dict, result: dict) -> list[str]:
         lines += cache_lines("estimation cache (the temporary one warmup runs on before the final one is sized)",
                              est, short)
     lines.append(concurrency_detail(m, result))
+    from .plan_host_tier import lines as host_tier_lines
+    lines += host_tier_lines(m)
     for w in m["warmup"]:
         lines.append(f"  warmup on the {w['cache']} cache: {w['captured']} of {w['planned']} CUDA-graph shapes fit, "
                      f"{len(w['skipped'])} skipped")

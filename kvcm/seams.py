@@ -371,3 +371,65 @@ def cuda_graph_powers_of_two(max_batch_size: int) -> list[int]:
     return [2**i for i in range(8, math.ceil(math.log(max_batch_size, 2)))]
 
 
+
+
+# ---- V1's host tier, retention durations, rewinds (kvcm/reuse/host_tier.py, kvcm/free_queue.py) -----------------
+@seam("whether a cached block an allocation evicts may go to the host tier: at a priority at least "
+      "secondary_offload_min_priority (evictionPolicy.cpp getFreeBlock tests level >= min; the docstring of "
+      "KvCacheConfig says '>', and a block at exactly the minimum was then dropped)")
+def offloadable(priority: int, min_priority: int) -> bool:
+    return priority >= min_priority
+
+
+@seam("the priority an offloaded block waits at in the host queue: its own ('Update the block as a secondary "
+      "block (maintaining its priority)', kvCacheManager.cpp getFreeBlock); priorities lost on the way down let a "
+      "long-kept system prompt go before a one-off answer once the host filled")
+def offloaded_priority(priority: int) -> int:
+    return priority
+
+
+@seam("the reusable counts (GPU, host) after a block moves to the host tier: one fewer on the GPU, one more on the "
+      "host (TensorRT-LLM PR #12834 / #12297, issue #11879: the claim after the memory swap updated the other "
+      "level's list, free > max and used < 0)")
+def tier_counts_after_offload(gpu_reusable: int, host_reusable: int) -> tuple[int, int]:
+    return gpu_reusable - 1, host_reusable + 1
+
+
+@seam("copy one block's KV between the GPU and host tiers, synchronously (TensorRT-LLM #8813: with host_cache_size "
+      "a hit returned other prompts' tokens, the offload/onboard copy not synchronized with its use)")
+def tier_copy(dst_storage, dst_row: int, src_storage, src_row: int) -> None:
+    dst_storage[dst_row].copy_(src_storage[src_row])
+
+
+@seam("where a block whose retention duration ran out goes: to the back of the default (35) queue "
+      "(LRUEvictionPolicy::refresh addToFreeBlockQueue(block, toFront=false)); at the front it was the next victim "
+      "although other default-priority blocks had waited longer")
+def expired_to_front() -> bool:
+    return False
+
+
+@seam("whether a duration timer still applies to a queued block: only the entry of the release that started it "
+      "(claimBlock erases the block from the expiring heap, so a block reused and released again starts anew); a "
+      "stale timer dropped a just-released block's priority early")
+def timer_live(started_key, current_key) -> bool:
+    return started_key == current_key
+
+
+@seam("the token of a context block that picks its token range: its first (KvCacheRetentionConfig "
+      "getPerBlockRetentionPriorityDuration walks block starts); by its last token a block straddling two ranges "
+      "took the later one")
+def retention_token(block_start: int, tokens_per_block: int) -> int:
+    return block_start
+
+
+@seam("whether a matched block takes the priority and duration of the request that reuses it (claimBlock(block, "
+      "priority, duration) in loadOrAllocateBlocks; KVCacheManagerEventStreamPriority sees 50 -> 10); without it a "
+      "request could not lower or raise a shared prefix's retention")
+def claim_sets_retention() -> bool:
+    return True
+
+
+@seam("whether a rewound block goes to the front of its queue (removeToken -> releaseLastBlock(toFront=true)), so "
+      "the next token takes it again; at the back a speculative step's rejected drafts pushed cached blocks out")
+def rewind_to_front() -> bool:
+    return True

@@ -122,7 +122,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def choice(config, name: str, choices, default: str) -> str:
     """The value of a choice option: the command line, else the ini key, else ``default``; a bad ini value (the
     command line's is checked by argparse) is a usage error naming the key, the value and the choices."""
-    value = config.getoption(name) or config.getini(name) or default
+    value = config.getoption(name)
+    if value is None:
+        value = config.getini(name)  # "-o name=" gives "": refused below (it used to mean the default, silently)
+    if value is None:
+        value = default
     if value not in choices:
         raise pytest.UsageError(f"{name}={value!r} is invalid: choose one of {', '.join(choices)}")
     return value

@@ -35,12 +35,9 @@ def output_problem(given: str | Path, *, inputs: Iterable[str | Path] = (),
     for source in inputs:
         if _same_file(path, Path(source)):
             return f"is the input {source}; writing it would destroy it (give another path)"
-    try:
-        st = path.stat()
-    except (FileNotFoundError, NotADirectoryError):  # missing, or under a file: said below
-        st = None
-    except OSError as e:  # a symlink loop, a name too long
-        return f"cannot be used ({e.strerror or e})"
+    st, problem = stat_of(path)
+    if problem:
+        return problem
     if st is None and path.is_symlink():
         return "is a symbolic link to a missing file; give the file's own path"
     if st is not None:
@@ -66,6 +63,17 @@ def output_problem(given: str | Path, *, inputs: Iterable[str | Path] = (),
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"cannot be created: {parent} is not a writable directory"
     return None
+
+
+def stat_of(path: Path) -> tuple[os.stat_result | None, str | None]:
+    """``(stat, None)``; ``(None, None)`` for a path that is missing or under a file (its caller says which);
+    ``(None, why)`` for one that cannot be looked at (a symbolic link loop, a name too long)."""
+    try:
+        return path.stat(), None
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as e:
+        return None, f"cannot be used ({e.strerror or e})"
 
 
 def write_atomically(path: str | Path, text: str) -> None:
@@ -108,3 +116,15 @@ def _is_ours(path: Path, ours: Callable[[Path], bool]) -> bool:
         return bool(ours(path))
     except (OSError, ValueError):
         return False
+
+
+def report_problem(given: str | Path, *keys: str) -> str | None:
+    """``output_problem`` for a JSON report a command rewrites: only a JSON object holding ``keys`` (an earlier
+    report of that command) may be replaced."""
+    import json
+
+    def ours(path: Path) -> bool:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return isinstance(data, dict) and set(keys) <= set(data)
+
+    return output_problem(given, ours=ours)

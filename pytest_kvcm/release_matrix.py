@@ -91,19 +91,20 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 
 def run(release: str, venv: Path, workdir: Path) -> dict[str, str]:
-    junit = workdir / f"contract-{release}.xml"
-    cmd = [str(venv / "bin" / "python"), "-m", "pytest", "-p", "pytest_kvcm.plugin", "--pyargs",
-           "pytest_kvcm.contract", "--kvcm-target=vllm", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-           f"--junitxml={junit}", "-o", "junit_family=xunit1"]
-    junit.unlink(missing_ok=True)  # this run's report, never an earlier one
-    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-    try:
-        return outcomes(junit)
-    except (OSError, ET.ParseError):
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise MatrixError(f"release {release}: the contract run wrote no report (exit {proc.returncode}: {last})") \
-            from None
+    """The contract suites in ``venv``; the report goes to a directory made for this run (and removed after)."""
+    with tempfile.TemporaryDirectory(dir=workdir, prefix=f"contract-{release}-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [str(venv / "bin" / "python"), "-m", "pytest", "-p", "pytest_kvcm.plugin", "--pyargs",
+               "pytest_kvcm.contract", "--kvcm-target=vllm", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+               f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+        proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+        try:
+            return outcomes(junit)
+        except (OSError, ET.ParseError):
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise MatrixError(f"release {release}: the contract run wrote no report (exit {proc.returncode}: "
+                              f"{last})") from None
 
 
 def table(results: dict[str, dict[str, str]], only_differences: bool = False) -> str:

@@ -13,6 +13,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from .paths import stat_of
+
 BUSY_TIMEOUT_S = 30.0
 SQLITE_HEADER = b"SQLite format 3\x00"
 # a row's columns besides its id (results.py's SCHEMA)
@@ -34,12 +36,9 @@ def store_problem(path: Path, *, write: bool) -> str | None:
     is fine to write when its directory can hold a new file (``/proc`` cannot; it is created on first record),
     not to read.
     """
-    try:
-        st = path.stat()
-    except (FileNotFoundError, NotADirectoryError):  # missing, or under a file: said below
-        st = None
-    except OSError as e:  # a symlink loop, a name too long
-        return f"cannot be used ({e.strerror or e})"
+    st, problem = stat_of(path)
+    if problem:
+        return problem
     if st is None:
         if path.is_symlink():
             return "is a symbolic link to a missing file; give the store's own path"

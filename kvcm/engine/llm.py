@@ -118,6 +118,10 @@ class LLM:
         (``fused_layers.py``) rather than its own code's fifteen. All become one ``KernelOptions``, passed down to
         every cache's runner.
 
+        ``host_cache_size``: bytes of host memory for V1's host tier (TensorRT-LLM's ``KvCacheConfig.host_cache_size``;
+        ``kvcm/reuse/host_tier.py``): cached pages an allocation evicts are copied there (pinned memory on CUDA)
+        and copied back on a hit instead of being recomputed; overrides ``kv_cache_config.host_cache_size``.
+
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
         ``draft_kvcm_version=``.
 
@@ -150,6 +154,8 @@ class LLM:
         if kv_cache_config is None:
             kv_cache_config = default_kv_cache_config(model, max_batch_size=c.max_batch_size, max_seq_len=max_seq_len,
                                                       device=device, max_num_tokens=c.max_num_tokens)
+        if c.host_cache_size is not None:
+            kv_cache_config = kv_cache_config.replace(host_cache_size=c.host_cache_size)
         self.kv_cache_config = kv_cache_config
         self.kvcm_version = kvcm_version = c.kvcm_version
         self.model_spec = ModelSpec.from_hf_config(model.config)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import seams
 from ..free_queue import DEFAULT_PRIORITY, QueuedBlockPool
 from .queued_cache import QueuedReuseCache
 from .tree import Node
@@ -76,25 +77,26 @@ class TieredReuseCache(QueuedReuseCache):
         if node is None or node.pages[g] != page:
             return
         host = self.host[g]
-        if not (self.onboard_blocks and node.priority >= self.offload_min_priority and len(host.queue) > 0):
+        if not (self.onboard_blocks and seams.offloadable(node.priority, self.offload_min_priority)
+                and len(host.queue) > 0):
             super()._take_cached(g, page)
             return
         target = host.allocate(1)[0]                 # the host queue's front: empty, or a cached host block
         self._drop_host_block(g, target)
         if host.storage is not None and self.pools[g].storage is not None:
-            host.storage[target].copy_(self.pools[g].storage[page])
+            seams.tier_copy(host.storage, target, self.pools[g].storage, page)
         self._swap_ids(g, page, target)
         # the block keeps its place in the tree and its priority; its GPU page goes to the allocation
         del self.page_node[g][page]
         node.pages[g] = -1
-        self.pools[g].num_reusable -= 1
+        self.pools[g].num_reusable, host.num_reusable = seams.tier_counts_after_offload(self.pools[g].num_reusable,
+                                                                                         host.num_reusable)
         if node.parent is not None:
             node.parent.child_pages[g] -= 1
         node.host[g] = target
         self.host_node[g][target] = node
         host._used[target] = 1
-        host.num_reusable += 1
-        host.enqueue(target, node.priority, node.duration_ms)
+        host.enqueue(target, seams.offloaded_priority(node.priority), node.duration_ms)
         self.offloaded += 1
 
     def _drop_host_block(self, g: int, row: int) -> None:
@@ -143,7 +145,7 @@ class TieredReuseCache(QueuedReuseCache):
         host, row = self.host[g], node.host[g]
         self._claimed_keys[g].pop(("host", row), None)
         if host.storage is not None and self.pools[g].storage is not None:
-            self.pools[g].storage[page].copy_(host.storage[row])
+            seams.tier_copy(self.pools[g].storage, page, host.storage, row)
         self._swap_ids(g, page, row)
         del self.host_node[g][row]
         node.host[g] = -1

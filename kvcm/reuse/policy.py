@@ -70,6 +70,8 @@ class V1Policy:
         """A matched block takes the request's retention for its index (``claimBlock(block, priority,
         duration)``): a range's priority where one holds its first token (else it keeps its own), and the range's
         duration, or none."""
+        if not seams.claim_sets_retention():
+            return
         for i, node in enumerate(nodes):
             p, d = state.context_retention[i] if i < len(state.context_retention) else (None, None)
             if p is not None:

@@ -32,7 +32,7 @@ class QueuedReuseCache(ReuseCache):
     # ---- references ---------------------------------------------------------------------------------------
     def claim(self, node: Node, g: int) -> int:
         page = node.pages[g]
-        if node.refs[g] == 0:
+        if node.refs[g] == 0 and not seams.may_evict(1):     # a held block leaves the queue: never a victim
             self._claimed_keys[g][page] = self.pools[g].unqueue(page)
         return super().claim(node, g)
 
@@ -42,7 +42,9 @@ class QueuedReuseCache(ReuseCache):
             page = node.pages[g]
             self.referenced[g] -= 1
             self.pools[g].num_reusable += 1
-            self.pools[g].queue.restore(page, self._claimed_keys[g].pop(page))
+            key = self._claimed_keys[g].pop(page, None)
+            if key is not None:
+                self.pools[g].queue.restore(page, key)
 
     def drop(self, node: Node, g: int) -> None:
         if node.refs[g] <= 0:
@@ -106,6 +108,8 @@ class QueuedReuseCache(ReuseCache):
         node = self.page_node[g].get(page)
         if node is None or node.pages[g] != page:
             return
+        if node.children and not seams.evict_with_descendants():
+            raise RuntimeError(f"layer group {g}: no cached block can be evicted")   # the leaves-only defect
         self._detach_subtree(node, g)
         self.unset_page(node, g, free=False, queued=False)
 

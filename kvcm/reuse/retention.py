@@ -85,8 +85,11 @@ class KvCacheRetentionConfig:
         if not ranges:
             p = None if self.priority == DEFAULT_RETENTION_PRIORITY else self.priority
             return [(p, None) for _ in starts]
+        from .. import seams
+
         out = []
-        for first in starts:
+        for start in starts:
+            first = seams.retention_token(start, tokens_per_block)
             hit = next((r for r in ranges if r.token_start <= first and (r.token_end is None or first < r.token_end)),
                        None)
             out.append((None, None) if hit is None else (hit.priority, hit.duration_ms))

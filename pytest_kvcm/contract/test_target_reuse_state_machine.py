@@ -28,12 +28,28 @@ PREFIXES = [[1] * PS * 3, [1] * PS * 2 + [2] * PS, [3] * PS * 4, [4] * PS]   # f
 ORACLES = {"v1": KvcmV1Target, "v2": KvcmV2Target}   # the keys are contract.REUSE_ORACLES, checked at start-up
 
 
-def _prompt(data) -> list[int]:
-    prefix = data.draw(st.sampled_from(PREFIXES))
-    keep = data.draw(st.integers(0, len(prefix) // PS)) * PS
-    tail = data.draw(st.lists(st.sampled_from([5, 6]), min_size=0, max_size=3))
-    ids = prefix[:keep] + [t for t in tail for _ in range(PS)]
+# A prompt is drawn as three small numbers, not as its token ids: a failing run then prints its steps as
+# ``state.allocate_prompt(family=2, keep=1, tail=[5])``, not a screen of single tokens per draw.
+PROMPT = {"family": st.integers(0, len(PREFIXES) - 1), "keep": st.integers(0, 4),
+          "tail": st.lists(st.sampled_from([5, 6]), min_size=0, max_size=3)}
+
+
+def _prompt(family: int, keep: int, tail: list[int]) -> list[int]:
+    """The first ``keep`` blocks of prefix ``family`` (as many as it has), then a block per ``tail`` entry."""
+    prefix = PREFIXES[family]
+    ids = prefix[:min(keep, len(prefix) // PS) * PS] + [t for t in tail for _ in range(PS)]
     return ids or [7] * PS
+
+
+def _blocks(ids: list[int]) -> str:
+    return f"{len(ids) // PS} block(s) {ids[::PS]}"
+
+
+def _agree(got, want, what: str) -> None:
+    """One line naming the step and both answers (no assertion rewriting's token-by-token ``where`` lines)."""
+    __tracebackhide__ = True
+    if got != want:
+        raise AssertionError(f"{what}: target {got!r}, kvcm {want!r}")
 
 
 def side_by_side_reuse(make_target):
@@ -51,10 +67,10 @@ def side_by_side_reuse(make_target):
         def _state(self, side):
             return f"free pages {side.free_pages()}, cached {side.cached_pages()}, requests {sorted(side.requests)}"
 
-        @rule(data=st.data())
-        def allocate_prompt(self, data):
+        @rule(**PROMPT)
+        def allocate_prompt(self, family, keep, tail):
             self.count += 1
-            ids, rid = _prompt(data), f"r{self.count}"
+            ids, rid = _prompt(family, keep, tail), f"r{self.count}"
             assume(self.oracle.lookup(ids + [0]) == self.oracle.lookup(ids))   # not every block cached already
             if self.target.differs("whole_node_eviction", "only steps that evict nothing or are refused"):
                 # no step that evicts: a radix tree (SGLang) evicts whole nodes where kvcm evicts block by block
@@ -62,15 +78,13 @@ def side_by_side_reuse(make_target):
                 free, cached = self.oracle.free_pages(), self.oracle.cached_pages()
                 assume(fresh <= free - cached or fresh > free)
             got, want = self.target.allocate_prompt(rid, ids), self.oracle.allocate_prompt(rid, ids)
-            assert got == want, (f"prompt of {len(ids)} tokens ({ids[::PS]} per block): {self.target.name} "
-                                 f"{'refused' if got is None else f'reused {got}'}, kvcm {self.target.reuse_oracle} "
-                                 f"{'refused' if want is None else f'reused {want}'} (target: {self._state(self.target)}; "
-                                 f"kvcm: {self._state(self.oracle)})")
+            _agree(got, want, f"allocate_prompt {rid}, {_blocks(ids)} (None: refused; target {self._state(self.target)}; "
+                              f"kvcm {self.target.reuse_oracle} {self._state(self.oracle)})")
 
-        @rule(data=st.data())
-        def lookup(self, data):
-            ids = _prompt(data)
-            assert self.target.lookup(ids) == self.oracle.lookup(ids), f"lookup of {ids[::PS]}"
+        @rule(**PROMPT)
+        def lookup(self, family, keep, tail):
+            ids = _prompt(family, keep, tail)
+            _agree(self.target.lookup(ids), self.oracle.lookup(ids), f"lookup of {_blocks(ids)}")
 
         @precondition(lambda self: self.oracle.requests)
         @rule(data=st.data())
@@ -81,15 +95,15 @@ def side_by_side_reuse(make_target):
 
         @rule()
         def reset(self):
-            assert self.target.reset_cache() == self.oracle.reset_cache()
+            _agree(self.target.reset_cache(), self.oracle.reset_cache(), "reset_cache")
 
         @invariant()
         def same_pages(self):
-            assert self.target.free_pages() == self.oracle.free_pages(), (self._state(self.target),
-                                                                          self._state(self.oracle))
-            assert self.target.cached_pages() == self.oracle.cached_pages(), (self._state(self.target),
-                                                                              self._state(self.oracle))
-            assert sorted(self.target.requests) == sorted(self.oracle.requests)
+            _agree(self.target.free_pages(), self.oracle.free_pages(),
+                   f"free pages (target {self._state(self.target)}; kvcm {self._state(self.oracle)})")
+            _agree(self.target.cached_pages(), self.oracle.cached_pages(),
+                   f"cached pages (target {self._state(self.target)}; kvcm {self._state(self.oracle)})")
+            _agree(sorted(self.target.requests), sorted(self.oracle.requests), "requests")
 
     return SideBySideReuse
 

@@ -23,6 +23,9 @@ def pytest_configure(config):
     registry = build_registry(config.pluginmanager)
     config.stash[DEFECTS] = registry
     name = config.getoption("kvcm_inject")
+    if name is not None and not name.strip():  # "--kvcm-inject=" used to run with no defect, silently
+        raise pytest.UsageError(f"--kvcm-inject={name!r}: names no defect; give one of the {len(registry)} "
+                                "registered (--kvcm-list-defects lists them)")
     if name:
         d = registry[name]
         mp = pytest.MonkeyPatch()

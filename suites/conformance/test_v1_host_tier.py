@@ -126,3 +126,16 @@ def test_claim_after_swap_keeps_each_level_counted():
     assert add(mgr, 2, list(range(9))) == 8 and _tier(mgr)[1] >= 1
     for counts in (mgr.get_block_counts(0), mgr.get_host_block_counts(0)):
         assert 0 <= counts.free <= counts.total and counts.free + counts.reusable + counts.in_use == counts.total
+
+
+def test_an_offloaded_block_maintains_its_priority():
+    """``WindowBlockManager::getFreeBlock``: "Update the block as a secondary block (maintaining its priority)" and
+    ``LRUEvictionPolicy::getFreeBlock`` takes the lowest priority first on each level: of a priority-90 block and a
+    default one offloaded after it, a full host tier drops the default one; the 90 block is onboarded later."""
+    mgr = manager("v1", blocks=2, host_blocks=2)
+    add(mgr, 0, list(range(5)), retention_config=Retention(priority=90))
+    mgr.free_resources(0)
+    for rid, start, n in ((1, 100, 5), (2, 200, 8), (3, 300, 8)):
+        add(mgr, rid, list(range(start, start + n)))
+        mgr.free_resources(rid)
+    assert add(mgr, 4, list(range(5))) == 4 and _tier(mgr)[1] == 1

@@ -98,3 +98,44 @@ def test_host_blocks_are_floored_and_never_allocatable():
     config = KvCacheConfig(tokens_per_block=4, max_tokens=16, dtype="float32", host_cache_size=3 * BLOCK_BYTES - 1)
     mgr = kvcm.create_kv_cache_manager("v1", SPEC, config, max_batch_size=8, max_seq_len=256, device="meta")
     assert mgr.get_host_block_counts().total == 2 and mgr.get_num_free_blocks() == 4
+
+
+@pytest.mark.parametrize("priority, offloaded", [(49, 0), (50, 1)])
+def test_a_block_at_exactly_the_minimum_priority_is_offloaded(priority, offloaded):
+    """``secondary_offload_min_priority=50``: a priority-50 block an eviction takes goes to the host, a 49 one is
+    dropped (``getFreeBlock`` tests ``>=``)."""
+    mgr = build(blocks=2, host=2, device="meta", secondary_offload_min_priority=50)
+    mgr.add_sequence(0, list(range(5)), retention_config=kvcm.KvCacheRetentionConfig(priority=priority))
+    mgr.begin_context_chunk(0, 0, 5, 5)
+    mgr.end_context_chunk(0, 5)
+    mgr.free_resources(0)
+    run(mgr, 1, list(range(100, 108)))
+    assert mgr.get_kv_cache_stats().offloaded_blocks == offloaded
+
+
+def test_an_offloaded_block_keeps_its_priority_in_the_host_queue():
+    """A priority-80 prefix offloaded first and a 35 one offloaded after it: when the host is full the 35 one is
+    dropped, so the 80 prefix is reused from the host later."""
+    mgr = build(blocks=2, host=2, device="meta")
+    mgr.add_sequence("a", list(range(5)), retention_config=kvcm.KvCacheRetentionConfig(priority=80))
+    mgr.begin_context_chunk("a", 0, 5, 5)
+    mgr.end_context_chunk("a", 5)
+    mgr.free_resources("a")
+    for rid, start in (("b", 100), ("c", 200), ("d", 300)):
+        run(mgr, rid, list(range(start, start + 5 if rid == "b" else start + 8)))
+        mgr.free_resources(rid)
+    assert run(mgr, "e", list(range(5))) == 4
+    assert mgr.get_kv_cache_stats().reused_host_blocks == 1
+
+
+def test_offloads_keep_each_tier_counted_once():
+    """After every offload and onboard, each tier's free + reusable + in use is its size and the free count never
+    passes the pool (PR #12834: free > max, used < 0)."""
+    mgr = build(blocks=3, host=2, device="meta")
+    for rid, tokens in enumerate([list(range(9)), list(range(100, 112)), list(range(9)), list(range(200, 212))]):
+        run(mgr, rid, tokens)
+        for counts in (mgr.get_block_counts(0), mgr.get_host_block_counts(0)):
+            assert counts.free + counts.reusable + counts.in_use == counts.total and 0 <= counts.free
+        assert mgr.get_num_free_blocks() <= 3
+        mgr.free_resources(rid)
+    assert mgr.get_kv_cache_stats().offloaded_blocks >= 2

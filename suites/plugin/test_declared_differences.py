@@ -94,3 +94,41 @@ def test_every_key_read_by_a_contract_test_is_documented():
     for key in [*KEYS, *NOTES]:
         assert f"``{key}``" in KVCacheTarget.__doc__, key
         assert f"`{key}`" in doc, key
+
+
+PRIVATE = '''
+from pytest_kvcm.targets.kvcm_targets import KvcmV2Target
+
+
+class Private(KvcmV2Target):
+    """kvcm V2 with the page swap off: a block recomputed under the last-token rule stays the request's own page
+    and is freed at release (the design of the report behind issue 42.1)."""
+    name = "private"
+    differences = DECLARED
+
+    def _build(self, spec):
+        manager = super()._build(spec)
+        manager._reuse_policy = type("NoRebase", (type(manager._reuse_policy),), {"rebase": False})()
+        return manager
+
+
+def pytest_kvcm_register_targets(registry):
+    registry["private"] = Private
+'''
+
+
+def test_a_private_recomputed_block_is_a_design_with_its_own_key(pytester):
+    """Undeclared, only test_repeated_block_aligned_prompt fails, naming the keys; declared, every reuse test
+    passes, the refusal and last-block checks included (the key that fitted before skipped them)."""
+    pytester.makeconftest(PRIVATE.replace("DECLARED", "{}"))
+    args = ("-p", "no:randomly", "--kvcm-target=private", "--pyargs", "pytest_kvcm.contract.test_target_reuse")
+    undeclared = pytester.runpytest_subprocess(*args)
+    undeclared.assert_outcomes(failed=1, passed=15)
+    undeclared.stdout.fnmatch_lines(["*test_repeated_block_aligned_prompt[[]private[]]*",
+                                     "*4 for a design that declares duplicate_blocks, private_recomputed_block*"])
+    pytester.makeconftest(PRIVATE.replace("DECLARED", "{'private_recomputed_block': 'kept private, freed at release'}"))
+    declared = pytester.runpytest_subprocess(*args, "-v")
+    declared.assert_outcomes(passed=16)
+    declared.stdout.fnmatch_lines(["*test_failed_allocation_with_a_hit_changes_nothing[[]private[]] PASSED*",
+                                   "*test_block_aligned_prompt_stores_its_last_block[[]private[]] PASSED*",
+                                   "private differs on private_recomputed_block: 4 pages held while both run*"])

@@ -156,6 +156,19 @@ def test_recording_durations_refuses_a_file_it_cannot_own_at_start_up(pytester, 
     assert (target.read_text() if target.is_file() else None) == before
 
 
+@pytest.mark.parametrize("bench", ["throughput", "fewshot", "gpu_spec"])
+def test_benchmark_json_never_replaces_a_file_it_did_not_write(tmp_path, monkeypatch, bench):
+    """Checked after the arguments, before the model loads: the report used to be written over any file."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    module = __import__(bench)
+    mine = tmp_path / "config.json"
+    mine.write_text('{"model_type": "llama"}')
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--json", str(mine)])
+    assert f"--json {mine}: exists and was not written by this command" in str(exc.value)
+    assert mine.read_text() == '{"model_type": "llama"}'
+
+
 # ----------------------------------------------------------------------------------------------- scripts
 @pytest.fixture
 def user_dir(tmp_path):
@@ -187,6 +200,22 @@ def test_venv_scripts_never_delete_a_directory_they_did_not_make(tmp_path, user_
     assert proc.stderr.count("\n") == 1 and f"{script} ({var}): {target}" in line and "refusing" in line, proc.stderr
     assert _tree(user_dir) == before and target.exists()
     assert not (tmp_path / "wheels").exists()  # refused before the wheel cache was touched
+
+
+@pytest.mark.parametrize("stamp", [".kvcm-made-by", ".kvcm-built-from", None, "absent"])
+def test_claim_dir_takes_back_only_what_it_stamped(tmp_path, stamp):
+    """An interrupted build (``.kvcm-made-by``, written when the directory is made), a finished venv of an earlier
+    version (``.kvcm-built-from``), an empty or absent directory: removed and made again, stamped."""
+    d = tmp_path / "venv"
+    if stamp != "absent":
+        d.mkdir()
+    if stamp not in (None, "absent"):
+        (d / stamp).write_text("x")
+        (d / "half-installed").write_text("old")
+    proc = subprocess.run(["bash", "-c", f'. {ROOT / "ci" / "owned_dir.sh"} && claim_dir "$1" me', "_", str(d)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert sorted(p.name for p in d.iterdir()) == [".kvcm-made-by"] and (d / ".kvcm-made-by").read_text() == "me\n"
 
 
 @pytest.mark.parametrize("script, var", [("vllm_venv.sh", "KVCM_VLLM_VENV"), ("sglang_venv.sh", "KVCM_SGLANG_VENV")])

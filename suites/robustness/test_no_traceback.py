@@ -229,3 +229,27 @@ def test_benchmark_gsm8k_loaders_name_the_file_and_line(tmp_path, monkeypatch, t
     with pytest.raises(SystemExit) as exc:
         throughput.load_prompts(None, 4, str(d))
     assert str(exc.value).startswith(f"--gsm8k {d}: ") and fragment in str(exc.value)
+
+
+# ----------------------------------------------------------------------------------------------- kvcm plan
+def test_plan_takes_a_model_directory_and_names_one_without_a_config(tmp_path, capsys):
+    """A model directory (``save_pretrained``'s output) is what the engine takes; plan reads its config.json."""
+    import kvcm.cli
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text((ROOT / "kvcm" / "configs" / "qwen3-0.6b.json").read_text())
+    assert kvcm.cli.main(["plan", "--model", str(tmp_path / "model"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["managers"][0]["final"]["max_tokens"] > 0
+    (tmp_path / "empty").mkdir()
+    assert kvcm.cli.main(["plan", "--model", str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err == f"kvcm plan: --model {str(tmp_path / 'empty')!r}: is a directory without a " \
+                                      f"config.json ({tmp_path / 'empty'})\n"
+
+
+def test_plan_into_a_closed_pipe_ends_quietly():
+    """``kvcm plan | head -1`` printed "kvcm plan: BrokenPipeError: [Errno 32] Broken pipe" (a reader that reads
+    nothing, ``true``, closes the pipe before the plan is printed, every time)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(f"set -o pipefail; {sys.executable} -m kvcm.cli plan | true", shell=True,
+                          executable="/bin/bash", env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
