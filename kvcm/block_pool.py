@@ -25,7 +25,7 @@ class BlockPool:
         self._used = bytearray(min(self.num_blocks, FLAGS_CHUNK))  # pages below the high-water mark
         self.num_reusable = 0       # cached pages nobody holds, kept out of the free list by a reuse cache
         self.evict = None           # the reuse cache's ``evict(n)``: puts n cached pages back in the free list
-        self.peak_held = 0          # most pages held by requests at once (``kvcm.engine.page_usage`` resets it)
+        self.peak_held = 0          # most pages held by requests at once since ``reset_peak``
         self.storage: torch.Tensor | None = None
         if self.device.type != "meta":
             # zeroed: masked-out slots are multiplied by zero weights, and 0 * NaN garbage would poison attention
@@ -68,6 +68,15 @@ class BlockPool:
         if held > self.peak_held:
             self.peak_held = held
         return out
+
+    @property
+    def num_held(self) -> int:
+        """Pages requests hold (used, less the cached pages nobody holds)."""
+        return self.num_used - self.num_reusable
+
+    def reset_peak(self) -> None:
+        """Count the peak afresh from what is held now."""
+        self.peak_held = self.num_held
 
     def release(self, blocks) -> None:
         for block in blocks:

@@ -1,8 +1,9 @@
-"""Layer groups: layers that share one life cycle, and the block arithmetic of that life cycle.
+"""Layer groups: layers that share one life cycle (one attention type), each group one pool.
 
-Full-attention groups keep every block of a request. A sliding-window group of window W (with S sink tokens)
-can drop blocks that no future query will read: docs/semantics.md 4.1 gives the stale range at history h as
-``[min(ceil(h/tpb), sink_blocks), max(that, (h + 1 - W) // tpb))``; the ``+1`` is the in-flight token.
+A group's page arithmetic is its attention type's (``kvcm.attention_types``): full-attention groups keep every
+block of a request; a sliding-window group of window W (with S sink tokens) can drop blocks no future query will
+read (docs/semantics.md 4.1: ``[min(ceil(h/tpb), sink_blocks), max(that, (h + 1 - W) // tpb))`` at history h,
+the ``+1`` the in-flight token); a chunked-local group drops the chunks before the query's own.
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import seams
+from .attention_types import AttentionType, of_layer
 from .model_spec import ModelSpec
 from .units import ceil_div
 
 
 @dataclass
 class LayerGroup:
-    """One pool's worth of layers. ``layer_offsets`` are byte offsets of each layer inside one block."""
+    """One pool's worth of layers. ``layer_offsets`` are byte offsets of each layer inside one block. Its page
+    arithmetic is its attention type's (``kvcm.attention_types``); ``window`` / ``sink_tokens`` are the
+    sliding window's, kept for what reports them."""
 
     index: int
     layers: tuple[int, ...]
@@ -26,31 +30,33 @@ class LayerGroup:
     layer_offsets: dict[int, int] = field(default_factory=dict)
     num_blocks: int = 0
     name: str = ""
+    attention: AttentionType | None = None      # None: from window and sink_tokens
+
+    def __post_init__(self):
+        if self.attention is None:
+            self.attention = of_layer(self.window, self.sink_tokens)
+        # the manager's hot path asks every step: bound to the type's method, so asking costs one call
+        self.stale_range = self.attention.stale_range
 
     @property
     def is_full(self) -> bool:
-        return self.window is None
+        return self.attention.is_full
 
     def sink_blocks(self, tpb: int) -> int:
         return ceil_div(self.sink_tokens, tpb)
 
     def stale_range(self, history: int, tpb: int) -> tuple[int, int]:
-        """Logical blocks ``[lo, hi)`` no future query reads at this history (empty for full attention)."""
-        if self.window is None:
-            return (0, 0)
-        lo = min(ceil_div(history, tpb), self.sink_blocks(tpb))
-        return lo, max(lo, seams.window_first_token(history, self.window) // tpb)
+        """Logical blocks ``[lo, hi)`` no future query reads at this history (empty for full attention); each
+        instance binds its type's method in its place (``__post_init__``)."""
+        return self.attention.stale_range(history, tpb)
 
     def blocks_needed(self, capacity: int, history: int, tpb: int) -> int:
         """Blocks a request holds here: ``ceil(capacity / tpb)`` less the stale ones."""
-        lo, hi = self.stale_range(history, tpb)
-        return ceil_div(capacity, tpb) - (hi - lo)
+        return self.attention.pages_needed(capacity, history, tpb)
 
     def max_window_blocks(self, tpb: int) -> int:
-        """Most blocks one request can hold in this sliding group: an unaligned window plus its sinks."""
-        if self.window is None:
-            raise ValueError("a full-attention group has no window")
-        return seams.window_bound_blocks(self.window, tpb) + self.sink_blocks(tpb)
+        """Most blocks one request can hold in this group (sliding or chunked): its type's bound."""
+        return self.attention.max_pages(tpb)
 
 
 def build_layer_groups(spec: ModelSpec, tpb: int) -> list[LayerGroup]:
@@ -63,15 +69,20 @@ def build_layer_groups(spec: ModelSpec, tpb: int) -> list[LayerGroup]:
     tokens.
     """
     members: dict[tuple, list[int]] = {}
-    for i, layer in enumerate(spec.layers):
-        members.setdefault(seams.life_cycle(layer.sliding_window, layer.sink_tokens, tpb), []).append(i)
+    for i, layer in enumerate(spec.layers):   # a chunked layer's life cycle is its chunk (it has no window)
+        key = seams.life_cycle(layer.sliding_window, layer.sink_tokens, tpb)
+        if layer.attention_chunk is not None:
+            key = (*key, layer.attention_chunk)
+        members.setdefault(key, []).append(i)
     groups = []
     for gi, key in enumerate(seams.life_cycle_order(list(members))):
         offsets, offset = {}, 0
         for li in members[key]:
             offsets[li] = offset
             offset += spec.layers[li].bytes_per_block(tpb)
-        window, sink_tokens = key[0], ceil_div(spec.layers[members[key][0]].sink_tokens, tpb) * tpb
-        name = "full" if window is None else f"window{window}"
-        groups.append(LayerGroup(gi, tuple(members[key]), window, sink_tokens, offset, offsets, name=name))
+        first = spec.layers[members[key][0]]
+        window, sink_tokens = key[0], ceil_div(first.sink_tokens, tpb) * tpb
+        attention = of_layer(window, sink_tokens, first.attention_chunk)
+        groups.append(LayerGroup(gi, tuple(members[key]), window, sink_tokens, offset, offsets,
+                                 name=attention.label(), attention=attention))
     return groups

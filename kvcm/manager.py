@@ -194,6 +194,13 @@ class BaseKVCacheManager(ReuseMixin):
     def get_capacity(self, request_id) -> int:
         return self._seq(request_id).capacity
 
+    def reset_page_usage(self) -> None:
+        """Peaks from what is held now (an engine's own pad pages), no pages released yet: what one engine run's
+        ``page_usage`` counts from. The manager resets its own figures; no caller writes them."""
+        for pool in self.pools:
+            pool.reset_peak()
+        self.stale_released = [0] * len(self.pools)
+
     def get_history(self, request_id) -> int:
         return self._seq(request_id).history
 

@@ -129,7 +129,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
         """The sliding-window groups (the only ones that release blocks as history moves); None when there are
         none, which most models are and which lets ``resize`` skip the stale check. The groups are fixed at
         construction, so once is enough."""
-        return [g for g in self.layer_groups if g.window is not None] or None
+        return [g for g in self.layer_groups if g.attention.releases_pages] or None
 
     def _pages_unchanged(self, seq, hist: int, target: int) -> bool:
         """True when a resize to ``target`` blocks at history ``hist`` allocates, releases and marks nothing

@@ -35,6 +35,8 @@ class LayerSpec:
     dtype: Annotated[torch.dtype, BeforeValidator(_layer_dtype)] = torch.bfloat16
     sliding_window: PositiveInt | None = Field(None, description="must be >= 1 or None")
     sink_tokens: Annotated[Int, Field(ge=0)] = 0
+    # Llama 4's chunked local attention: a query reads only its own chunk of this many positions
+    attention_chunk: PositiveInt | None = Field(None, description="must be >= 1 or None")
     kv_lora_rank: PositiveInt | None = None
     qk_rope_head_dim: Annotated[Int, Field(ge=0)] | None = None
     compress_ratio: PositiveInt = 1
@@ -118,9 +120,9 @@ class ModelSpec:
 
     @classmethod
     def uniform(cls, num_layers: int, num_kv_heads: int, head_dim: int, dtype="bfloat16", sliding_window=None,
-                name: str = "uniform") -> "ModelSpec":
+                name: str = "uniform", attention_chunk=None) -> "ModelSpec":
         num_layers = count("num_layers", num_layers, 1, MAX_LAYERS, MAX_LAYERS_WHY)
-        layer = LayerSpec(num_kv_heads, head_dim, dtype, sliding_window)
+        layer = LayerSpec(num_kv_heads, head_dim, dtype, sliding_window, attention_chunk=attention_chunk)
         return cls(tuple(replace(layer, model_layer=i) for i in range(num_layers)), name=name)
 
     @classmethod
@@ -147,7 +149,7 @@ class ModelSpec:
         dtype = cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
         dtype = "bfloat16" if str(dtype).removeprefix("torch.") not in (
             "float16", "float32", "bfloat16") else str(dtype).removeprefix("torch.")
-        windows = _sliding_layers(cfg, n)
+        windows, chunks = _sliding_layers(cfg, n), _chunked_layers(cfg, n)
         mla = cfg.get("kv_lora_rank")
         layers = []
         for i in range(n):
@@ -156,10 +158,20 @@ class ModelSpec:
                                         kv_lora_rank=int(mla), qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
                                         model_layer=i))
             else:
-                layers.append(LayerSpec(kv_heads, int(head_dim), dtype, windows[i], model_layer=i))
+                layers.append(LayerSpec(kv_heads, int(head_dim), dtype, windows[i], model_layer=i,
+                                        attention_chunk=chunks[i]))
         return cls(tuple(layers), name=cfg.get("_name_or_path") or cfg.get("name") or model_type or "model",
                    max_position_embeddings=cfg.get("max_position_embeddings"),
                    preferred_manager=cfg.get("kv_cache_manager_version"), num_attention_heads=heads)
+
+
+def _chunked_layers(cfg: dict, n: int) -> list[int | None]:
+    """Per layer the attention chunk of a ``"chunked_attention"`` layer (Llama 4's ``layer_types`` with its
+    ``attention_chunk_size``), else None."""
+    chunk, types = cfg.get("attention_chunk_size"), cfg.get("layer_types")
+    if not chunk or not types or len(types) != n:
+        return [None] * n
+    return [count("attention_chunk_size", chunk, 1) if t == "chunked_attention" else None for t in types]
 
 
 def _sliding_layers(cfg: dict, n: int) -> list[int | None]:

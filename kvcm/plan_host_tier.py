@@ -10,6 +10,7 @@ recomputed never and copied host -> GPU instead. V2 has no host tier in kvcm (it
 
 from __future__ import annotations
 
+from . import versions
 from .units import ceil_div
 
 GiB = 2**30
@@ -40,9 +41,7 @@ def entry(manager, args) -> dict | None:
     if args.host_cache_size is None:
         return None
     host_bytes = int(args.host_cache_size * GiB)
-    from . import versions
-
-    if not versions.get(manager.kvcm_version).models_host_tier:
+    if not versions.get(manager.kvcm_version).host_tier_modelled:
         return {"host_cache_size": host_bytes, "modelled": False,
                 "why": "kvcm models the host tier as TensorRT-LLM V1's secondary pool; V2's cache levels are not "
                        "modelled"}

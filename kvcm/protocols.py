@@ -1,8 +1,9 @@
 """The contracts the engine relies on, declared: what a step-level KV cache manager and a drafter must offer.
 
-The scheduler, the runner, the contract targets and the suites call exactly these; declaring them lets a type
-checker, and ``suites/managers/test_protocols.py`` at run time, check kvcm's own managers and drafters (and a
-user's) against one list instead of against whatever the engine happens to call today.
+``kvcm/engine`` is typed against these and uses no other member of a manager
+(``suites/managers/test_protocols.py`` scans the engine's code for it, since no type checker runs here, and checks
+kvcm's own managers and drafters against the lists at run time), so a user's manager given to ``LLM(manager=)``
+needs exactly these.
 
 Failure shapes (ARCHITECTURE.md, "How a manager reports failure"): bad arguments always raise
 ``kvcm.ConfigError`` with nothing changed; ``begin_*`` raise ``kvcm.OutOfPagesError`` when the pages are not
@@ -21,8 +22,17 @@ import torch
 class StepManager(Protocol):
     """A manager the engine drives one step at a time (kvcm's V1, V2 and DeepSeek-V4 managers)."""
 
+    kvcm_version: str
     tokens_per_block: int
     layer_groups: list
+    pools: list                 # one page pool per layer group (``num_blocks``, ``num_used``, ``peak_held`` ...)
+    stale_released: list[int]   # per group, pages given back as they left a sliding window since the last reset
+    max_batch_size: int
+    max_seq_len: int
+    max_num_tokens: int | None
+    max_draft_len: int
+    max_tokens: int             # tokens the pools hold (for the engine's log line)
+    pool_bytes: int
 
     def begin_context_chunk(self, request_id, start: int, num_tokens: int, prompt_len: int,
                             draft_len: int = 0) -> None:
@@ -58,6 +68,38 @@ class StepManager(Protocol):
     def get_num_free_blocks(self) -> int:
         """Free pages of the most constrained full-attention group."""
 
+    def block_table(self, request_id) -> list:
+        """Per layer group, the request's physical page of each logical block (-1: released)."""
+
+    def get_capacity(self, request_id) -> int:
+        """Token slots the request holds."""
+
+    def get_history(self, request_id) -> int:
+        """Tokens of the request whose KV is final."""
+
+    def reset_page_usage(self) -> None:
+        """Count peaks from what is held now and released pages from zero (``kvcm.engine.page_usage``)."""
+
+
+@runtime_checkable
+class ReuseManager(StepManager, Protocol):
+    """A step manager that reuses blocks (prefix caching): what ``kvcm/engine/reuse.py`` and the scheduler add."""
+
+    enable_block_reuse: bool
+
+    def add_sequence(self, request_id, token_ids, *, lora_task_id=None, cache_salt=None,
+                     retention_config=None) -> int:
+        """Admit a request with its tokens; the tokens already cached are returned (their KV is not recomputed)."""
+
+    def append_tokens(self, request_id, token_ids) -> None:
+        """The tokens a step computed, so their blocks can be stored once full."""
+
+    def get_request_stats(self, request_id):
+        """The request's reuse figures (``kvcm.RequestReuseStats``)."""
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block (False, with nothing changed, while a request holds pages)."""
+
 
 @runtime_checkable
 class Drafter(Protocol):
@@ -92,6 +134,9 @@ class Drafter(Protocol):
 
 def missing_members(obj, protocol) -> list[str]:
     """The members of ``protocol`` that ``obj`` lacks (``isinstance`` says only yes or no)."""
-    names = [n for n in protocol.__dict__ if not n.startswith("_")]
-    names += list(getattr(protocol, "__annotations__", {}))
+    names = []
+    for klass in protocol.__mro__:      # a protocol's own members and those of the protocols it extends
+        if klass in (protocol.__mro__[-1], Protocol) or not getattr(klass, "_is_protocol", False):
+            continue
+        names += [n for n in klass.__dict__ if not n.startswith("_")] + list(klass.__dict__.get("__annotations__", {}))
     return sorted({n for n in names if not hasattr(obj, n)})

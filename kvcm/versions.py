@@ -40,9 +40,8 @@ class ManagerVersion:
     draft_budget_split: Literal["one-model draft", "variable windows"]
     # V1 always reserves ``max_draft_len`` draft slots with a context chunk; V2 reserves the step's own drafts
     reserves_max_draft_len: bool
-    # the host tier is modelled as TensorRT-LLM V1's secondary pool (offload on eviction, onboard on reuse);
-    # V2's cache levels are not modelled
-    models_host_tier: bool = False
+    # kvcm models a host tier (TensorRT-LLM V1's secondary pool, ``reuse/host_tier.py``) for this version
+    host_tier_modelled: bool
 
     @property
     def cls(self) -> type:
@@ -55,13 +54,13 @@ MANAGERS: dict[str, ManagerVersion] = {m.name: m for m in (
                    "token-count growth, no window release, no constraints (TensorRT-LLM's KVCacheManager)",
                    releases_window_pages=False, serves_deepseek_v4=False, common_max_tokens_across_ranks=True,
                    trtllm_estimation_path=False, draft_budget_split="variable windows",
-                   reserves_max_draft_len=True, models_host_tier=True),
+                   reserves_max_draft_len=True, host_tier_modelled=True),
     ManagerVersion("v2", "kvcm.manager_v2:KVCacheManagerV2",
                    "capacity/history, window release, constraints and a typical step (TensorRT-LLM's "
                    "KVCacheManagerV2)",
                    releases_window_pages=True, serves_deepseek_v4=True, common_max_tokens_across_ranks=False,
                    trtllm_estimation_path=True, draft_budget_split="one-model draft",
-                   reserves_max_draft_len=False),
+                   reserves_max_draft_len=False, host_tier_modelled=False),
 )}
 
 NAMES: tuple[str, ...] = tuple(MANAGERS)          # every concrete version, in the order runs and tables show them

@@ -57,26 +57,14 @@ def check_tokenizer(tokenizer) -> None:
                                                          "(a transformers tokenizer)")
 
 
-def check_engine_options(model, *, max_seq_len, overlap, trace, cuda_graph, graph_capture,
-                         cuda_graph_batch_sizes, cuda_graph_token_buckets, decode_split_len=0,
-                         prefill_block_m=None, fused_layers=True) -> None:
-    """The ``LLM`` keywords ``Limits`` does not own: flags are bools, size lists hold positive integers, and
-    ``max_seq_len`` fits the model's positions (past them the rotary tables give garbage, silently)."""
-    for name, value in (("overlap", overlap), ("trace", trace), ("cuda_graph", cuda_graph),
-                        ("fused_layers", fused_layers)):
-        validation.flag(name, value)
-    if graph_capture is not None:
-        validation.flag("graph_capture", graph_capture)
-    for name, value in (("cuda_graph_batch_sizes", cuda_graph_batch_sizes),
-                        ("cuda_graph_token_buckets", cuda_graph_token_buckets)):
-        if value is not None:
-            int_list(name, value, low=1)
-    check_positions("max_seq_len", max_seq_len, model)
-    tile = triton_attention.TILE_N
-    if validation.count("decode_split_len", decode_split_len) % tile:
-        raise ConfigError("decode_split_len", decode_split_len, f"must be 0 (off) or a multiple of {tile} (the "
-                                                                "attention kernel's key tile)")
-    check_prefill_block_m(prefill_block_m, model)
+def check_attention_types(spec) -> None:
+    """The engine's attention (``attention.py``, ``triton_attention.py``) masks full and sliding-window layers;
+    a chunked-local layer (Llama 4) would read pages V2 released, so it is refused before any page is allocated
+    (``kvcm plan`` and the managers size such layers: ``kvcm.attention_types.ChunkedLocal``)."""
+    chunked = [i for i, layer in enumerate(spec.layers) if layer.attention_chunk is not None]
+    if chunked:
+        raise ConfigError("model.config.layer_types", f"chunked_attention at layers {chunked[:4]}",
+                          "kvcm's engine attends full and sliding-window layers only")
 
 
 def check_prefill_block_m(block_m, model, what: str = "") -> None:

@@ -14,9 +14,8 @@ kernels' launch shape depends only on (tokens, rows), so one capture serves ever
 
 Warmup runs twice, as engines do: on the estimation cache (a temporary manager; its dummies are run once,
 eagerly, since graphs captured there would point at pages about to be freed) and on the final cache, where the
-graphs are captured. :func:`build_cache` is that pipeline for one model, one way: a manager factory, the
-cache config and a :class:`GraphPlan` in; manager, runner, graphs and reports out. A speculative engine calls it
-for the target and for the draft model. On the CPU the static path runs eagerly (``capture=False``), so the
+graphs are captured (``kvcm/engine/cache.py`` builds a model's cache, with or without a :class:`GraphPlan`,
+and calls :func:`warm_eagerly` and :func:`setup_cuda_graphs` when there is one). On the CPU the static path runs eagerly (``capture=False``), so the
 suites test it everywhere; replaying a graph gives the same greedy tokens as the eager path.
 """
 from __future__ import annotations
@@ -25,8 +24,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import seams
-from ..estimation import engine_estimation_config, estimate
 from ..units import ceil_div
 from ..warmup import plan_warmup
 from . import sampler
@@ -243,16 +240,6 @@ class GraphPlan:
     capture: bool | None = None
 
 
-@dataclass
-class EngineCache:
-    """What :func:`build_cache` hands back: the final manager, its runner, its graphs and every warmup report
-    (estimation, then final)."""
-    manager: object
-    runner: ModelRunner
-    graphs: StepGraphs | None
-    reports: list
-
-
 def setup_cuda_graphs(runner: ModelRunner, plan: GraphPlan) -> tuple[StepGraphs, list]:
     """On the runner's (final) manager: token buckets, then every planned decode shape; returns the graphs
     and the final cache's warmup report."""
@@ -266,7 +253,7 @@ def setup_cuda_graphs(runner: ModelRunner, plan: GraphPlan) -> tuple[StepGraphs,
     return graphs, [report]
 
 
-def _warm_eagerly(model, device, plan: GraphPlan):
+def warm_eagerly(model, device, plan: GraphPlan):
     """The estimation cache's warmup: every shape's dummies run once, eagerly, nothing kept."""
     def warm(mgr):
         graphs = StepGraphs(ModelRunner(model, mgr, device), mgr.max_seq_len, capture=False)
@@ -275,23 +262,3 @@ def _warm_eagerly(model, device, plan: GraphPlan):
         graphs.release()
         return report
     return warm
-
-
-def build_cache(model, device, make_manager, kv_cache_config, plan: GraphPlan | None, *, max_seq_len: int,
-                manager=None, tracer=None, kernel: KernelOptions = KernelOptions()) -> EngineCache:
-    """One model's cache, one way: with a graph plan (and no ready ``manager``) warm up on the estimation
-    cache (``kvcm.estimation.estimate``) and free it; then the final manager ``make_manager(kv_cache_config)``,
-    its runner, and with a plan its graphs. Target and draft caches are built the same way."""
-    reports, described = [], None
-    if plan is not None and manager is None:
-        est_cfg = engine_estimation_config(kv_cache_config, max_seq_len, device)
-        described, report = estimate(make_manager, est_cfg, warm=_warm_eagerly(model, device, plan))
-        reports.append(report)
-    if manager is None:
-        manager = make_manager(seams.final_cache_config(kv_cache_config, described, reports[0] if reports else None))
-    runner = ModelRunner(model, manager, device, tracer, kernel)
-    graphs = None
-    if plan is not None:
-        graphs, final = setup_cuda_graphs(runner, plan)
-        reports += final
-    return EngineCache(manager, runner, graphs, reports)

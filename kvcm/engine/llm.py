@@ -21,7 +21,9 @@ from .. import draft_budget
 from ..errors import ConfigError
 from . import checks
 from .attention import KernelOptions
-from .cuda_graph import GraphPlan, build_cache
+from .cache import build_cache
+from .config import EngineConfig
+from .cuda_graph import GraphPlan
 from .drafters import ModelDrafter, NgramDrafter
 from . import page_usage as _page_usage
 from . import reuse as _reuse
@@ -82,18 +84,8 @@ def default_kv_cache_config(model, *, max_batch_size: int, max_seq_len: int, dev
 
 class LLM:
     @renamed_keywords(manager_version="kvcm_version", draft_manager_version="draft_kvcm_version")
-    def __init__(self, model, tokenizer=None, *, kvcm_version: str = "v2", kv_cache_config=None,
-                 max_batch_size: int = 64, max_seq_len: int = 2048, max_num_tokens: int | None = None,
-                 device="cpu", trace: bool = False, manager=None, max_draft_len: int = 0,
-                 cuda_graph: bool = False, cuda_graph_batch_sizes: list[int] | None = None,
-                 cuda_graph_token_buckets: list[int] | None = None, graph_capture: bool | None = None,
-                 overlap: bool = True, drafter=None, draft_kvcm_version: str | None = None,
-                 draft_kv_cache_config=None, enable_block_reuse: bool | None = None,
-                 spec_max_concurrency: int | None = spec_cutoff.DEFAULT_SPEC_MAX_CONCURRENCY,
-                 spec_acceptance_window: int = _gate.DEFAULT_WINDOW,
-                 spec_acceptance_threshold: float | None = None,
-                 decode_split_len: int = 0, prefill_block_m: int | None = None, fused_layers: bool = True,
-                 host_cache_size: int | None = None):
+    def __init__(self, model, tokenizer=None, *, manager=None, drafter=None, config: EngineConfig | None = None,
+                 **options):
         """``cuda_graph``: warm up decode shapes (estimation cache, then final) and replay them for decode
         steps, and token buckets for mixed steps (``cuda_graph.py``); captured on CUDA, run statically
         (eagerly) on the CPU unless ``graph_capture`` says otherwise. ``overlap``: schedule and launch each
@@ -132,48 +124,57 @@ class LLM:
 
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
         ``draft_kvcm_version=``.
+
+        Every option is a field of ``EngineConfig`` (``kvcm/engine/config.py``), checked there before any page
+        is allocated; pass the fields as keywords or one ``config=EngineConfig(...)``. ``max_draft_len`` may be
+        left out with a drafter object: its ``num_draft`` is the draft length.
         """
         model, tokenizer = checks.load_model(model, tokenizer)
+        if config is not None and options:
+            raise ConfigError("config", "EngineConfig(...)", f"give the options in it or as keywords, not both "
+                                                             f"({', '.join(options)} given beside it)")
+        unknown = [k for k in options if k not in EngineConfig.OPTIONS]
+        if unknown:
+            raise TypeError(f"LLM() got an unexpected keyword argument {unknown[0]!r} (its options: EngineConfig's "
+                            f"fields)")
+        config = (config if config is not None else EngineConfig(**options)).with_drafter(drafter)
+        config.check_model(model, drafter)
+        self.config = config
+        c = config
         # the one bundle every cache this engine builds is sized for (a draft cache: max_seq_len + D)
-        self.limits = Limits(max_batch_size, max_seq_len, max_num_tokens, max_draft_len, device=device)
-        checks.check_engine_options(model, max_seq_len=max_seq_len, overlap=overlap, trace=trace,
-                                    cuda_graph=cuda_graph, graph_capture=graph_capture,
-                                    cuda_graph_batch_sizes=cuda_graph_batch_sizes,
-                                    cuda_graph_token_buckets=cuda_graph_token_buckets,
-                                    decode_split_len=decode_split_len, prefill_block_m=prefill_block_m,
-                                    fused_layers=fused_layers)
-        kernel = KernelOptions(decode_split_len, prefill_block_m, fused_layers)
-        checks.check_drafter(drafter, max_draft_len, model, prefill_block_m)
-        self.spec_max_concurrency = spec_max_concurrency
-        self.spec_acceptance_window, self.spec_acceptance_threshold = spec_acceptance_window, spec_acceptance_threshold
+        self.limits = c.limits
+        max_seq_len, max_draft_len, device = c.max_seq_len, c.max_draft_len, c.device
+        kernel = KernelOptions(c.decode_split_len, c.prefill_block_m, c.fused_layers)
+        self.spec_max_concurrency = c.spec_max_concurrency
+        self.spec_acceptance_window, self.spec_acceptance_threshold = c.spec_acceptance_window, c.spec_acceptance_threshold
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self._stop_strings = StopStrings(tokenizer)    # its per-token texts serve every generate
+        kv_cache_config = c.kv_cache_config
         if kv_cache_config is None:
-            kv_cache_config = default_kv_cache_config(model, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
-                                                      device=device, max_num_tokens=max_num_tokens)
-        if host_cache_size is not None:
-            kv_cache_config = kv_cache_config.replace(host_cache_size=host_cache_size)
+            kv_cache_config = default_kv_cache_config(model, max_batch_size=c.max_batch_size, max_seq_len=max_seq_len,
+                                                      device=device, max_num_tokens=c.max_num_tokens)
+        if c.host_cache_size is not None:
+            kv_cache_config = kv_cache_config.replace(host_cache_size=c.host_cache_size)
         self.kv_cache_config = kv_cache_config
-        self.kvcm_version = kvcm_version
+        self.kvcm_version = kvcm_version = c.kvcm_version
         self.model_spec = ModelSpec.from_hf_config(model.config)
+        checks.check_attention_types(self.model_spec)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         draft_model = drafter if isinstance(drafter, torch.nn.Module) else None
         target_cfg = draft_cfg = kv_cache_config
         if draft_model is not None:
-            checks.check_positions("max_seq_len + max_draft_len", max_seq_len + max_draft_len, draft_model,
-                                   "the draft model's")
             free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
             target_cfg, draft_cfg = draft_budget.split_draft_budget(
                 kv_cache_config, self.model_spec, ModelSpec.from_hf_config(draft_model.config),
                 free_memory_bytes=free)
-            if draft_kv_cache_config is not None:
-                target_cfg, draft_cfg = kv_cache_config, draft_kv_cache_config
+            if c.draft_kv_cache_config is not None:
+                target_cfg, draft_cfg = kv_cache_config, c.draft_kv_cache_config
         plan = None
-        if cuda_graph:
-            plan = GraphPlan(batch_sizes=cuda_graph_batch_sizes, token_buckets=cuda_graph_token_buckets,
-                             two_model=max_draft_len > 0, capture=graph_capture)
-        self.tracer = Tracer() if trace else None
+        if c.cuda_graph:
+            plan = GraphPlan(batch_sizes=c.cuda_graph_batch_sizes, token_buckets=c.cuda_graph_token_buckets,
+                             two_model=max_draft_len > 0, capture=c.graph_capture)
+        self.tracer = Tracer() if c.trace else None
         target = build_cache(self.model, self.device, self._factory(kvcm_version, self.model_spec,
                                                                     max_seq_len), target_cfg, plan,
                              max_seq_len=max_seq_len, manager=manager, tracer=self.tracer, kernel=kernel)
@@ -184,9 +185,9 @@ class LLM:
             draft_model = draft_model.to(device).eval()
             # the draft runs up to D - 1 positions past the target's last slot
             draft_plan = None if plan is None else GraphPlan(
-                batch_sizes=cuda_graph_batch_sizes, token_buckets=cuda_graph_token_buckets, draft_lens=(1, 0),
-                capture=graph_capture)
-            dv = draft_kvcm_version or kvcm_version
+                batch_sizes=c.cuda_graph_batch_sizes, token_buckets=c.cuda_graph_token_buckets, draft_lens=(1, 0),
+                capture=c.graph_capture)
+            dv = c.draft_kvcm_version or kvcm_version
             draft = build_cache(draft_model, self.device,
                                 self._factory(dv, ModelSpec.from_hf_config(draft_model.config),
                                               max_seq_len + max_draft_len), draft_cfg, draft_plan,
@@ -196,16 +197,13 @@ class LLM:
             self.draft_warmup_reports = draft.reports
         elif drafter is not None:
             self.drafter = NgramDrafter(max_draft_len) if drafter == "ngram" else drafter
-            if getattr(self.drafter, "num_draft", None) != max_draft_len:
-                raise ConfigError("max_draft_len", max_draft_len, f"must equal the drafter's num_draft="
-                                                                  f"{getattr(self.drafter, 'num_draft', None)!r}")
-        self.enable_block_reuse = self._reuse_flag(enable_block_reuse)
+        self.enable_block_reuse = self._reuse_flag(c.enable_block_reuse)
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.reuse = self.enable_block_reuse and _reuse.can_reuse(self.drafter.manager)
         self.reuse_stats = _reuse.ReuseStats()
         self.spec_stats = None        # the drafter's acceptance (``spec_stats.SpecStats``) in the last generate
         self.num_preemptions = 0      # requests preempted by recompute in the last generate
-        self.pipeline = StepPipeline(self.runner, self.graphs, overlap=overlap)
+        self.pipeline = StepPipeline(self.runner, self.graphs, overlap=c.overlap)
         log.info("%r", self)
 
     def _reuse_flag(self, asked) -> bool:
@@ -221,9 +219,9 @@ class LLM:
 
     def reserved(self) -> str:
         """What this engine holds for its KV cache, in words (the draft model's cache too, when there is one)."""
-        m = self.manager
-        text = (f"KV cache {human_bytes(m.pool_bytes)} on {self.device.type} = {m.max_tokens:,} tokens "
-                f"({m.kvcm_version}, {m.tokens_per_block} tokens a block)")
+        mgr = self.manager
+        text = (f"KV cache {human_bytes(mgr.pool_bytes)} on {self.device.type} = {mgr.max_tokens:,} tokens "
+                f"({mgr.kvcm_version}, {mgr.tokens_per_block} tokens a block)")
         draft = getattr(self.drafter, "manager", None)
         if draft is not None:
             text += f" + draft KV cache {human_bytes(draft.pool_bytes)}"

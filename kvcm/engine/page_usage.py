@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..protocols import StepManager
+
 
 @dataclass(frozen=True)
 class GroupUsage:
@@ -24,20 +26,13 @@ class GroupUsage:
                 f"{self.released_stale:,} released as they left the window")
 
 
-def _held(pool) -> int:
-    return pool.num_used - pool.num_reusable
+def reset(manager: StepManager) -> None:
+    """Start counting afresh (the manager resets its own figures)."""
+    manager.reset_page_usage()
 
 
-def reset(manager) -> None:
-    """Start counting afresh: peaks from what is held now (the engine's own pad pages), no releases."""
-    for pool in manager.pools:
-        pool.peak_held = _held(pool)
-    if hasattr(manager, "stale_released"):
-        manager.stale_released = [0] * len(manager.pools)
-
-
-def usage(manager) -> list[GroupUsage]:
+def usage(manager: StepManager) -> list[GroupUsage]:
     """Per layer group, in the manager's (first-seen) order."""
-    released = getattr(manager, "stale_released", None) or [0] * len(manager.pools)
-    return [GroupUsage(g.index, g.name, g.window, pool.num_blocks, max(pool.peak_held, _held(pool)), released[i])
+    return [GroupUsage(g.index, g.name, g.window, pool.num_blocks, max(pool.peak_held, pool.num_held),
+                       manager.stale_released[i])
             for i, (g, pool) in enumerate(zip(manager.layer_groups, manager.pools))]

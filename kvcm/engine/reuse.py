@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import seams
+from ..protocols import ReuseManager, StepManager
 
 
 @dataclass
@@ -50,7 +51,7 @@ class ReuseStats:
                 f"{self.admissions} admissions")
 
 
-def can_reuse(mgr) -> bool:
+def can_reuse(mgr: StepManager) -> bool:
     """Whether ``mgr`` reuses blocks: it has the reuse API and its config turned reuse on."""
     return bool(getattr(mgr, "enable_block_reuse", False)) and hasattr(mgr, "add_sequence")
 
@@ -59,7 +60,7 @@ def real_tokens(tokens: list[int]) -> bool:
     return not tokens or min(tokens) >= 0
 
 
-def admit(mgr, request_id, tokens: list[int]) -> int | None:
+def admit(mgr: ReuseManager, request_id, tokens: list[int]) -> int | None:
     """Make ``request_id`` with its tokens on ``mgr`` and return where its prefill starts; None (nothing made)
     when its tokens are not all known yet. ``OutOfPagesError`` (a partial copy found no page) changes nothing."""
     if not real_tokens(tokens):
@@ -68,7 +69,7 @@ def admit(mgr, request_id, tokens: list[int]) -> int | None:
     return seams.prefill_start(p, len(tokens))
 
 
-def append_generated(mgr, request_id, tokens: list[int], admitted: int) -> None:
+def append_generated(mgr: ReuseManager, request_id, tokens: list[int], admitted: int) -> None:
     """Before a request made with its tokens is freed: tell the manager the real tokens after the ``admitted``
     ones it was made with (the first placeholder and what follows are not known yet)."""
     if not mgr.has_request(request_id):

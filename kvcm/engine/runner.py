@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..protocols import StepManager
 from . import attention, fused, fused_layers, triton_attention
 from .attention import AttentionContext, GroupMeta, KernelOptions
 from .batch import Filled, StepBuffers
@@ -37,7 +38,7 @@ class StepItem:
 
 
 class ModelRunner:
-    def __init__(self, model, mgr, device="cpu", tracer: Tracer | None = None,
+    def __init__(self, model, mgr: StepManager, device="cpu", tracer: Tracer | None = None,
                  kernel: KernelOptions = KernelOptions()):
         """``kernel``: how the Triton attention kernel tiles decode and prefill steps (``KernelOptions``)."""
         self.model, self.mgr = model, mgr

@@ -36,6 +36,7 @@ from collections import deque
 from .. import seams
 from ..errors import OutOfPagesError
 from ..limits import Limits
+from ..protocols import StepManager
 from . import reuse as _reuse
 from .runner import StepItem, placeholders
 from .sequence import Sequence, Status
@@ -46,7 +47,7 @@ from .stop_strings import StopStrings
 
 
 class Scheduler:
-    def __init__(self, mgr, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None,
+    def __init__(self, mgr: StepManager, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None,
                  reuse: bool = False, on_finish=None, spec_max_concurrency: int | None = None,
                  spec_gate: SpeculationGate | None = None, stop_strings: StopStrings | None = None):
         """``limits``: the engine's ``kvcm.Limits`` (the one its caches were sized for); the scheduler reads the

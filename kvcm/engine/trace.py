@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..protocols import StepManager
+
 
 @dataclass(frozen=True)
 class TraceRecord:
@@ -30,7 +32,7 @@ class Tracer:
         self.records: list[TraceRecord] = []
         self.step = 0
 
-    def record(self, mgr, request_id, phase: str, history: int, kv_len: int, num_new_tokens: int) -> None:
+    def record(self, mgr: StepManager, request_id, phase: str, history: int, kv_len: int, num_new_tokens: int) -> None:
         blocks = tuple(sum(1 for b in table if b >= 0) for table in mgr.block_table(request_id))
         self.records.append(TraceRecord(self.step, request_id, phase, history, mgr.get_capacity(request_id),
                                         blocks, kv_len, num_new_tokens))

@@ -1,0 +1,135 @@
+"""Attention types: what a layer reads of its past, and so which of a request's pages it still needs.
+
+A layer group asks its type, never ``window is None``: the type owns the arithmetic of one life cycle at a page
+size of ``page_size`` tokens (``tokens_per_block``): the oldest token the in-flight query still reads
+(``first_live_token``), the pages below it that may be released and that a block-reuse match may leave out
+(``stale_range``), the pages a request of some length needs (``pages_needed``) and the most one request can hold
+(``max_pages``, for bounded types). V2 releases stale pages and its reuse skips them; V1 keeps every page.
+
+* ``FullAttention``: every token, every page.
+* ``SlidingWindow(window, sink_tokens)``: the last ``window`` tokens plus the first ``sink_tokens``
+  (docs/semantics.md 4.1; ``seams.window_first_token``, ``seams.window_bound_blocks``).
+* ``ChunkedLocal(chunk)``: the tokens of the query's own chunk of ``chunk`` positions, Llama 4's
+  ``attention_chunk_size`` (vLLM ``v1/core/single_type_kv_cache_manager.py`` ``ChunkedLocalAttentionManager``:
+  ``get_num_skipped_tokens(n) = n // chunk * chunk``, and ``find_longest_cache_hit`` looks up only the pages
+  from the last chunk's start; ``v1/kv_cache_interface.py`` ``ChunkedLocalAttentionSpec``; TensorRT-LLM's
+  ``attention_chunk_size`` in ``tensorrt_llm/_torch/attention_backend/interface.py``).
+
+``TYPES`` names each type for the life-cycle key and ``describe()``; a new type is its class here and a line in it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import seams
+from .units import ceil_div
+
+
+@dataclass(frozen=True)
+class AttentionType:
+    """The base: full attention's answers (nothing stale, unbounded)."""
+
+    kind = "full"
+    releases_pages = False          # whether pages fall out of what future queries read
+
+    @property
+    def is_full(self) -> bool:
+        return not self.releases_pages
+
+    @property
+    def window(self) -> int | None:
+        """The sliding window, for code that reports it (None for every other type)."""
+        return None
+
+    def first_live_token(self, history: int) -> int:
+        """The oldest token the query at position ``history`` (the in-flight token) reads."""
+        return 0
+
+    def stale_range(self, history: int, page_size: int) -> tuple[int, int]:
+        """Logical pages ``[lo, hi)`` no future query reads at this history (empty when nothing is stale)."""
+        return 0, 0
+
+    def pages_needed(self, capacity: int, history: int, page_size: int) -> int:
+        """Pages a request of ``capacity`` slots holds at this history: all of them less the stale ones."""
+        lo, hi = self.stale_range(history, page_size)
+        return ceil_div(capacity, page_size) - (hi - lo)
+
+    def max_pages(self, page_size: int) -> int:
+        """Most pages one request can hold in this group, one batch in flight (bounded types only)."""
+        raise ValueError(f"a {self.kind}-attention group holds a request's every page: it has no bound")
+
+    def label(self) -> str:
+        return self.kind
+
+
+@dataclass(frozen=True)
+class FullAttention(AttentionType):
+    pass
+
+
+@dataclass(frozen=True)
+class SlidingWindow(AttentionType):
+    window_tokens: int
+    sink_tokens: int = 0
+
+    kind = "sliding"
+    releases_pages = True
+
+    @property
+    def window(self) -> int:
+        return self.window_tokens
+
+    def sink_pages(self, page_size: int) -> int:
+        return ceil_div(self.sink_tokens, page_size)
+
+    def first_live_token(self, history: int) -> int:
+        return max(0, seams.window_first_token(history, self.window_tokens))
+
+    def stale_range(self, history: int, page_size: int) -> tuple[int, int]:
+        lo = min(ceil_div(history, page_size), self.sink_pages(page_size))
+        return lo, max(lo, seams.window_first_token(history, self.window_tokens) // page_size)
+
+    def max_pages(self, page_size: int) -> int:
+        return seams.window_bound_blocks(self.window_tokens, page_size) + self.sink_pages(page_size)
+
+    def label(self) -> str:
+        return f"window{self.window_tokens}"
+
+
+@dataclass(frozen=True)
+class ChunkedLocal(AttentionType):
+    chunk: int
+
+    kind = "chunked"
+    releases_pages = True
+
+    def first_live_token(self, history: int) -> int:
+        return history // self.chunk * self.chunk
+
+    def stale_range(self, history: int, page_size: int) -> tuple[int, int]:
+        return 0, self.first_live_token(history) // page_size
+
+    def max_pages(self, page_size: int) -> int:
+        """The pages of one whole chunk at its worst alignment to the pages (a chunk starts at a multiple of
+        ``chunk``, so ``chunk % page_size`` decides the offsets), plus the in-flight token's page."""
+        step = math.gcd(self.chunk, page_size)
+        worst = max(ceil_div(offset + self.chunk, page_size) for offset in range(0, page_size, step)
+                    if offset == 0 or self.chunk % page_size)
+        return worst + 1
+
+    def label(self) -> str:
+        return f"chunk{self.chunk}"
+
+
+TYPES = {"full": FullAttention, "sliding": SlidingWindow, "chunked": ChunkedLocal}
+
+
+def of_layer(window: int | None, sink_tokens: int = 0, chunk: int | None = None) -> AttentionType:
+    """The type of a layer as a ``LayerSpec`` gives it (a window, sink tokens, an attention chunk)."""
+    if chunk is not None:
+        return ChunkedLocal(chunk)
+    if window is not None:
+        return SlidingWindow(window, sink_tokens)
+    return FullAttention()
