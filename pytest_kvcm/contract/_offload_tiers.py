@@ -5,7 +5,7 @@
 - vLLM 0.32 (``vllm``): ``vllm.v1.kv_offload.cpu.manager.CPUOffloadingManager`` with its ``lru`` and ``arc``
   policies; a slot is a chunk: ``prepare_store`` allocates (a store in flight), ``complete_store(success=False)``
   gives it back (the only public way a chunk returns before eviction). The counts are its ``_get_num_free_chunks``.
-- SGLang 0.5.23 (``sglang``): ``sglang.srt.mem_cache.pool_host.base.HostKVCache`` (abstract) under a subclass
+- SGLang at its pinned release (``sglang``): ``sglang.srt.mem_cache.pool_host.base.HostKVCache`` (abstract) under a subclass
   with no buffers (``is_dummy=True``), driven through ``alloc`` / ``free`` / ``available_size`` a page at a time.
 
 Not driven: vLLM's ``SimpleCPUOffloadScheduler`` and its connector (they need a VllmConfig and worker output),
