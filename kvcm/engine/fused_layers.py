@@ -76,7 +76,10 @@ if triton is not None:
         page = kv_ptr + blk * s_pb + off * s_pt + h * s_ph + d
         row = qkv_ptr + t * s_row
         for which in tl.static_range(2):
-            heads = HQ if which == 0 else HK
+            if which == 0:
+                heads = HQ
+            else:
+                heads = HK
             m = (h < heads) & dm
             src = row + (which * HQ + h) * (2 * HALF) + d
             x1 = tl.load(src, mask=m, other=0.0)
