@@ -167,15 +167,15 @@ def format_table(title: str, b: dict) -> str:
 
 
 def last_step(llm, prompts, params, keep, max_num_tokens=None):
-    """Generate and return the static step of the last launch ``keep`` accepts (its buffers still hold that step:
-    profile it before another run reuses them), or None."""
+    """Generate; returns the static step of the last launch ``keep`` accepts (its buffers still hold that step:
+    profile it before another run reuses them) or None, and the outputs' token ids."""
     pipe, saved = llm.pipeline, llm.limits
     pipe.timeline = []
     if max_num_tokens:
         llm.limits = saved.replace(max_num_tokens=max_num_tokens)
     try:
-        llm.generate(prompts, params)
-        return next((s.static for s in reversed(pipe.timeline) if s.static is not None and keep(s)), None)
+        outputs = [o.token_ids for o in llm.generate(prompts, params)]
+        return next((s.static for s in reversed(pipe.timeline) if s.static is not None and keep(s)), None), outputs
     finally:
         llm.limits, pipe.timeline = saved, None
 
@@ -189,8 +189,9 @@ def run_steps(llm, args, vocab: int, peak: float) -> dict:
                  ("mixed", args.mixed_new, args.mixed_tokens, lambda s: s.static.q_len is None))
     for name, new, tokens, keep in workloads:
         prompts = [g.integers(3, vocab, args.prompt_len).tolist() for _ in range(args.batch)]
-        static = last_step(llm, prompts, SamplingParams(max_new_tokens=new, ignore_eos=True), keep, tokens)
+        static, outputs = last_step(llm, prompts, SamplingParams(max_new_tokens=new, ignore_eos=True), keep, tokens)
         out[name] = breakdown(llm, static, reps=args.reps, peak_gbps=peak) if static is not None else None
+        out[f"{name}_outputs"] = outputs         # the same seeded prompts in every run: compare bodies' tokens
     return out
 
 
@@ -256,11 +257,11 @@ def main(argv=None) -> dict:
     steps = run_steps(llm, args, model.config.vocab_size, peak)
     label = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     body = "fused layers" if llm.runner.layers is not None else "the model's layers"
-    print(f"{label}: {args.model} {str(dtype)[6:]}, {body}, batch {args.batch}, setup and runs {time.perf_counter() - t:.1f} s;"
-          f" peak {peak:.0f} GB/s ({source})")
+    print(f"{label}: {args.model} {str(dtype)[6:]}, {body}, batch {args.batch}, setup and runs "
+          f"{time.perf_counter() - t:.1f} s; peak {peak:.0f} GB/s ({source})")
     out = {"device": label, "model": args.model, "dtype": str(dtype)[6:], "body": body, "args": vars(args)}
+    out.update(steps)
     for name, title in (("decode", "full-batch decode step"), ("mixed", "mixed step")):
-        out[name] = steps[name]
         print(format_table(title, out[name]) if out[name] else f"{title}: none ran on a static step")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
