@@ -326,3 +326,16 @@ def test_fused_layers_share_the_weights_and_follow_a_replaced_one(device):
     changed = [r.token_ids for r in hf_generate(model, prompts, 6, eos_token_id=[])]
     assert changed != ref
     assert [o.token_ids for o in llm.generate(prompts, params)] == changed
+
+
+def test_a_drafter_sharing_the_layers_shares_their_stacks(device):
+    """A truncated drafter holds the target's own layer modules: both engines' fused layers use one stack per
+    layer, so neither re-stacks the weights away from the other (which would rebuild them every step)."""
+    from kvcm.engine import fused_layers
+    from kvcm.models import truncated_drafter
+    model, _ = tiny_model("llama", seed=5, device=device)
+    target = fused_layers.fused_layers(model, device)
+    draft = fused_layers.fused_layers(truncated_drafter(model, 1), device)
+    assert draft.qkv[0] is target.qkv[0] and draft.gate_up[0] is target.gate_up[0]
+    weight = target.qkv[0].weight
+    assert target.qkv[0].current()[0] is weight and draft.qkv[0].current()[0] is weight
