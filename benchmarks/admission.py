@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,7 @@ def measure(root: str, requests: int) -> None:
     rng = random.Random(0)
     shared = [rng.randrange(3, 49000) for _ in range(1316)]
     prompts = [shared + [rng.randrange(3, 49000) for _ in range(65)] for _ in range(requests)]
-    for version in ("v1", "v2"):
+    for version in ALL_VERSIONS:
         mgr = kvcm.create_kv_cache_manager(version, ModelSpec.uniform(30, 3, 64),
                                            KvCacheConfig(max_tokens=1 << 22, tokens_per_block=32),
                                            max_batch_size=256, max_seq_len=2048, device="meta")

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
@@ -50,7 +51,8 @@ def free_device_memory(device):
 
 
 def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from pytest_kvcm.accuracy.gsm8k_rows import gsm8k_rows_or_exit
+    return gsm8k_rows_or_exit(path, "--gsm8k")
 
 
 def fewshot_prompts(tok, gsm8k: Path, shots: int, num: int) -> tuple[list[list[int]], list[str], int]:
@@ -177,7 +179,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-num-tokens", type=int, default=8192, help="tokens a step (chunked prefill)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    ap.add_argument("--kvcm-versions", default="v2", help="comma list of v1, v2")
+    ap.add_argument("--kvcm-versions", default="v2", help=f"comma list of {', '.join(ALL_VERSIONS)}")
     ap.add_argument("--fraction", type=float, default=0.5, help="kvcm free_gpu_memory_fraction on CUDA")
     ap.add_argument("--no-hf", action="store_true", help="leave Hugging Face generate out")
     ap.add_argument("--decode-split-len", type=int, default=0, help="the kvcm engines' decode attention reads keys "
@@ -195,8 +197,8 @@ def main(argv=None) -> int:
         if not (gsm8k / f"{split}.jsonl").is_file():
             raise SystemExit(f"--gsm8k {gsm8k}: no {split}.jsonl there")
     versions = [v for v in args.kvcm_versions.split(",") if v]
-    if not versions or set(versions) - {"v1", "v2"}:
-        raise SystemExit(f"--kvcm-versions {args.kvcm_versions!r}: a comma list of v1, v2")
+    if not versions or set(versions) - set(ALL_VERSIONS):
+        raise SystemExit(f"--kvcm-versions {args.kvcm_versions!r}: a comma list of {', '.join(ALL_VERSIONS)}")
     model, tok = load(args.model, getattr(torch, args.dtype), args.device)
     prompts, targets, common = fewshot_prompts(tok, gsm8k, args.shots, args.num_prompts)
     say(f"{args.model} {args.dtype} on {args.device} "

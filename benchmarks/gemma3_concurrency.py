@@ -15,6 +15,7 @@ import argparse
 import kvcm
 from kvcm.config import KvCacheConfig
 from kvcm.errors import OutOfPagesError
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 
 def concurrent(version: str, seq_len: int, gib: float, device: str) -> tuple[int, list[int], int]:
@@ -39,7 +40,7 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--device", default="meta")
     args = ap.parse_args()
-    res = {v: concurrent(v, args.seq_len, args.gib, args.device) for v in ("v1", "v2")}
+    res = {v: concurrent(v, args.seq_len, args.gib, args.device) for v in ALL_VERSIONS}
     for v, (n, blocks, nbytes) in res.items():
         print(f"{v}: {n} requests of {args.seq_len:,} tokens at once; pools {blocks} blocks "
               f"(sliding, full), {nbytes / 2**20:,.1f} MiB")

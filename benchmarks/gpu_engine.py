@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 # Run as a script, sys.path[0] is benchmarks/: put the repository root first so ``kvcm`` is this checkout's.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -56,8 +57,8 @@ def gsm8k_questions(n: int) -> list[str]:
         path = Path(root)
         files = sorted(path.glob("test.jsonl")) + sorted(path.glob("**/test*.jsonl"))
         if files:
-            with open(files[0]) as f:
-                rows = [json.loads(line)["question"] for line in f if line.strip()]
+            from pytest_kvcm.accuracy.gsm8k_rows import gsm8k_rows_or_exit
+            rows = [r["question"] for r in gsm8k_rows_or_exit(files[0], "KVCM_GSM8K_DIR")]
         else:
             shards = sorted(path.glob("**/test*.parquet"))
             try:
@@ -126,7 +127,7 @@ def essentials_tiny(device) -> bool:
     for arch in ("llama", "qwen3", "mistral"):
         model, _ = tiny_model(arch, seed=1, device=device)
         ref = hf_tokens(model, prompts, 32, 0)
-        for kvcm_version in ("v1", "v2"):
+        for kvcm_version in ALL_VERSIONS:
             for graph in (False, True):
                 llm = make_llm(model, None, kvcm_version, "float32", device, max_batch_size=8, max_seq_len=128,
                                max_tokens=4096, cuda_graph=graph, tpb=8)
@@ -149,7 +150,7 @@ def essentials_smollm2(model, tok, device, prompts) -> bool:
     ids = [tok(p)["input_ids"] for p in prompts]
     ref = hf_tokens(model, ids, 32, tok.pad_token_id)
     ok = True
-    for kvcm_version in ("v1", "v2"):
+    for kvcm_version in ALL_VERSIONS:
         for graph in (False, True):
             llm = make_llm(model, tok, kvcm_version, "float32", device, max_batch_size=16, max_seq_len=512,
                            max_tokens=16 * 512, cuda_graph=graph, batch_sizes=[1, 2, 4, 8, 16])
@@ -174,7 +175,7 @@ def _print_reports(tag, llm, rows, **extra):
 def warmup_reports(model, tok, device, dtype_name, max_batch_size, max_seq_len):
     log(f"== CUDA-graph warmup reports (SmolLM2 {dtype_name}, B={max_batch_size}, S={max_seq_len})")
     rows = []
-    for kvcm_version in ("v1", "v2"):
+    for kvcm_version in ALL_VERSIONS:
         for d in (0, 4):
             t = time.time()
             llm = make_llm(model, tok, kvcm_version, dtype_name, device, max_batch_size=max_batch_size,
@@ -197,7 +198,7 @@ def warmup_reports(model, tok, device, dtype_name, max_batch_size, max_seq_len):
         if inject:
             build_registry()[inject].patch(mp)
         try:
-            for kvcm_version in ("v1", "v2"):
+            for kvcm_version in ALL_VERSIONS:
                 for d in (0, 4):
                     llm = make_llm(model, tok, kvcm_version, dtype_name, device, max_batch_size=bsz,
                                    max_seq_len=max_seq_len, max_tokens=boundary_tokens, cuda_graph=True,

@@ -19,12 +19,14 @@ import kvcm
 from kvcm.engine import LLM
 from kvcm.models import load_smollm2
 from pytest_kvcm.accuracy import compute_threshold, evaluate_gsm8k, kvcm_generate_fn
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from pytest_kvcm.accuracy.gsm8k_rows import gsm8k_rows_or_exit
+    return gsm8k_rows_or_exit(path, "KVCM_GSM8K_DIR")
 
 
 def main():
@@ -33,6 +35,8 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if not os.environ.get("KVCM_GSM8K_DIR"):
+        raise SystemExit("KVCM_GSM8K_DIR: not set; give the directory of GSM8K's test.jsonl and train.jsonl")
     root = Path(os.environ["KVCM_GSM8K_DIR"])
     test, train = rows(root / "test.jsonl"), rows(root / "train.jsonl")
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -40,7 +44,7 @@ def main():
     report = {"model": MODEL, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
               "kvcm_versions": {}}
     results = {}
-    for kvcm_version in ("v1", "v2"):
+    for kvcm_version in ALL_VERSIONS:
         cfg = kvcm.KvCacheConfig(max_tokens=max(args.batch * 1280, 65536))
         llm = LLM(model, tok, kvcm_version=kvcm_version, kv_cache_config=cfg, max_batch_size=args.batch,
                   max_seq_len=2048, max_num_tokens=8192, device=device)

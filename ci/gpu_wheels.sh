@@ -33,11 +33,13 @@ case "$cmd" in
   stage)
     case "$dest" in /*|*..*) echo "gpu_wheels: DEST must be a folder inside the repository (it travels)" >&2; exit 2;; esac
     root=$(git rev-parse --show-toplevel)
+    . "$root/ci/owned_dir.sh"   # DEST is removed and made again: only when this script made it
+    (cd "$root" && check_own_dir "$dest" gpu_wheels)
     exclude="$(git rev-parse --git-common-dir)/info/exclude"
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/${dest#./}/" "$exclude" 2>/dev/null || echo "/${dest#./}/" >> "$exclude"
     cd "$root"
-    rm -rf "$dest" && mkdir -p "$dest"
+    claim_dir "$dest" gpu_wheels
     py=${PY_VERSION:-3.12}
     platforms=()
     for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do

@@ -5,8 +5,8 @@
 #   throughput  benchmarks/throughput.py on all 1,319 GSM8K questions (256 new tokens, batch 256, bf16): tok/s and
 #               GSM8K accuracy of kvcm (graphs, overlapped), kvcm eager, HF generate and generate_batch; the drift
 #               of each from an fp32 run; fp32 overlapped vs serial on 64 prompts; a graph decode step's host share
-#   lane        the GPU lane, its slow tests (the model accuracy gates) included: pytest -p pytest_kvcm.plugin
-#               --kvcm-lane=l0_h200 --kvcm-version=both --kvcm-slow
+#   lane        stage LANE_STAGE (default 1) of the GPU lane's 3, its slow tests (the model accuracy gates)
+#               included: bash ci/gpu_lane.sh LANE_STAGE (the whole lane takes longer than one device call)
 #   hostshare   benchmarks/throughput.py with kvcm graphs alone, twice back to back: tok/s and the host share
 #               (a median over steps) of two runs in a row
 #   wide        the hostshare run at vLLM's LLM-class defaults for an H100/H200 (1,024 sequences, 16,384 tokens a
@@ -57,9 +57,7 @@ for part in "${parts[@]}"; do
         --max-new-tokens 256 --batch-size 256 --dtype bfloat16 --repeats 1 --json "$out/throughput.json" 2>&1 \
         | quiet | tee "$out/throughput.log" ;;
     lane)
-      timeout -s INT "$budget" python3 -m pytest -p pytest_kvcm.plugin --kvcm-lane=l0_h200 --kvcm-version=both \
-        --kvcm-slow -q -ra 2>&1 | tail -80 > "$out/lane.log"
-      tail -30 "$out/lane.log" ;;
+      OUT=$out DEADLINE_S=$budget bash ci/gpu_lane.sh "${LANE_STAGE:-1}" ;;
     hostshare)
       for run in 1 2; do
         timeout $(( budget / 2 )) python3 benchmarks/throughput.py --gsm8k "$KVCM_GSM8K_DIR" --num-prompts 0 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the separate virtual environment in which the SGLang contract target runs (`--kvcm-target=sglang`).
 #
-# Why a separate venv and why `--no-deps`: sglang==0.5.23 pins torch==2.14.1 (CUDA) and a long list of serving
+# Why a separate venv and why `--no-deps`: the pinned sglang release pins torch==2.14.1 (CUDA) and a long list of serving
 # packages (flashinfer, sgl-kernel, xgrammar, ...). The target drives only its memory pools and radix cache
 # (sglang.srt.mem_cache) on device="cpu", so the venv holds the CPU torch this project uses (2.13.0, installed
 # first so nothing can replace it), sglang itself without its requirements, and then only the packages that the
@@ -15,13 +15,13 @@
 # raises on any real use.
 #
 # Wheels are fetched once into $KVCM_WHEEL_CACHE (shared with ci/vllm_venv.sh); a finished venv is stamped with
-# what it was built from, so a second run with nothing changed only re-checks the imports.
+# what it was built from (a directory without this script's stamp is never removed: ci/owned_dir.sh), so a second run with nothing changed only re-checks the imports.
 # First build measured here: ~8 minutes with an empty wheel cache on an idle machine (751 s on 2026-12-04 with
 # other jobs running), 315 s from a filled one; up to date: 14 s.
 #
 #   KVCM_SGLANG_VENV  where the venv goes          (default: ~/.cache/kvcm/venv-sglang)
 #   KVCM_WHEEL_CACHE  where the wheels are kept    (default: ~/.cache/kvcm/wheels)
-#   KVCM_SGLANG_SPEC  the SGLang requirement       (default: sglang==0.5.23)
+#   KVCM_SGLANG_SPEC  the SGLang requirement       (default: the release pytest_kvcm/targets/declared.py pins)
 #   PYTHON            the interpreter for the venv (default: python3)
 #
 # Prints the venv's path on its last line: `VENV=$(bash ci/sglang_venv.sh | tail -1)`; then
@@ -31,11 +31,11 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${KVCM_SGLANG_VENV:-$HOME/.cache/kvcm/venv-sglang}
 CACHE=${KVCM_WHEEL_CACHE:-$HOME/.cache/kvcm/wheels}
-SPEC=${KVCM_SGLANG_SPEC:-sglang==0.5.23}
 PY=${PYTHON:-python3}
+SPEC=${KVCM_SGLANG_SPEC:-$("$PY" "$ROOT/pytest_kvcm/targets/declared.py" sglang)}
 
 BASE=("torch==2.13.0" "numpy" "pytest>=8" "hypothesis>=6" "pyyaml>=6")
-# What importing sglang.srt.mem_cache.{allocator,memory_pool,swa_memory_pool,radix_cache} asks for, at 0.5.23.
+# What importing sglang.srt.mem_cache.{allocator,memory_pool,swa_memory_pool,radix_cache} asks for, at the pinned release.
 # transformers at the version sglang pins (its configs subclass transformers' config classes).
 MEMCACHE=(orjson psutil pybase64 requests triton pillow starlette msgspec pydantic pyzmq tqdm ipython aiohttp dill
           apache-tvm-ffi sentencepiece compressed-tensors gguf
@@ -51,6 +51,9 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$VENV/bin/python" -c "$p
     exit 0
 fi
 
+# a directory that is not one of ours is refused before the download, the install or any removal
+. "$ROOT/ci/owned_dir.sh"
+check_own_dir "$VENV" "$(basename "$0") (KVCM_SGLANG_VENV)"
 mkdir -p "$CACHE"
 cached="$CACHE/.complete-sglang-$key"
 t0=$SECONDS
@@ -62,7 +65,7 @@ if [[ ! -f "$cached" ]]; then
     touch "$cached"
 fi
 
-rm -rf "$VENV"
+claim_dir "$VENV" "$(basename "$0") (KVCM_SGLANG_VENV)"
 "$PY" -m venv "$VENV"
 pip_() { "$VENV/bin/python" -m pip "$@"; }
 pip_ install -q --no-index --find-links "$CACHE" "${BASE[@]}" >&2

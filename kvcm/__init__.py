@@ -25,7 +25,7 @@ _EXPORTS = {
     "LayerSpec": "model_spec", "ModelSpec": "model_spec", "Mapping": "parallel",
     "WarmupReport": "warmup", "WarmupShape": "warmup", "cuda_graph_batch_sizes": "warmup", "plan_warmup": "warmup",
     "embedded_models": "embedded", "load_spec": "embedded",
-    "BlockCounts": "reuse", "KvCacheRetentionConfig": "reuse", "KvCacheStats": "reuse", "RequestReuseStats": "reuse",
+    "BlockCounts": "reuse", "KvCacheRetentionConfig": "reuse", "TokenRangeRetentionConfig": "reuse", "KvCacheStats": "reuse", "RequestReuseStats": "reuse",
 }
 
 __all__ = list(_EXPORTS)

@@ -78,6 +78,11 @@ class BlockPool:
             self._used[block] = 0
             self._free.append(block)
 
+    def free_order(self) -> list[int]:
+        """The free pages in the order ``allocate`` hands them out (for tests: the most recently freed first,
+        then the never-used ones; V1's ``QueuedBlockPool`` has its own order)."""
+        return self._free[::-1] + list(range(self._fresh, self.num_blocks))
+
     def is_used(self, block: int) -> bool:
         return 0 <= block < self._fresh and bool(self._used[block])
 

@@ -113,8 +113,24 @@ class KvCacheConfig:
     enable_block_reuse: StrictBool = Field(True, description="must be True or False")
     enable_partial_reuse: StrictBool = Field(True, description="must be True or False")
     copy_on_partial_reuse: StrictBool = Field(True, description="must be True or False")
+    # the host (secondary) tier, TensorRT-LLM's names and defaults (llm_args.py KvCacheConfig): host_cache_size in
+    # bytes (None: no tier); onboard_blocks: blocks offloaded on eviction come back on reuse (False: nothing is
+    # offloaded, as upstream's getFreeBlock asks for it); secondary_offload_min_priority: the lowest retention
+    # priority that is offloaded rather than dropped (None: upstream's 30). V1 only (docs/semantics.md 11.6).
+    host_cache_size: Annotated[Int, Field(ge=0, le=1 << 50)] | None = Field(
+        None, description="must be an integer number of bytes in [0, 2**50] or None")
+    onboard_blocks: StrictBool = Field(True, description="must be True or False")
+    secondary_offload_min_priority: Annotated[Int, Field(ge=0, le=100)] | None = Field(
+        None, description="must be an integer in [0, 100] or None")
 
     DEFAULT_FRACTION = 0.9
+    DEFAULT_SECONDARY_OFFLOAD_MIN_PRIORITY = 30
+    """TensorRT-LLM's ``kDefaultSecondaryOffloadMinPriority`` (evictionPolicy.cpp); the code offloads at ``>=``."""
+
+    @property
+    def offload_min_priority(self) -> int:
+        p = self.secondary_offload_min_priority
+        return self.DEFAULT_SECONDARY_OFFLOAD_MIN_PRIORITY if p is None else p
 
     @property
     def fraction(self) -> float:

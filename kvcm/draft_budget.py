@@ -11,7 +11,7 @@ for both caches and is left as it is. The draft's share is rounded down and the 
 """
 from __future__ import annotations
 
-from . import seams
+from . import seams, versions
 from .config import KvCacheConfig
 from .errors import ConfigError
 
@@ -53,6 +53,6 @@ def trtllm_splits_gpu_budget(kvcm_version: str, *, separate_draft_engine: bool, 
     which holds the same tokens as this module's split). kvcm splits every final pair (docs/semantics.md 10)."""
     if estimating:
         return False
-    if kvcm_version == "v2":
+    if versions.get(kvcm_version).draft_budget_split == "one-model draft":
         return not separate_draft_engine
     return vswa

@@ -7,6 +7,7 @@ any ``config.json``. torch is imported only once a config is turned into a spec,
 from __future__ import annotations
 
 import json
+from os import PathLike
 from pathlib import Path
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -18,28 +19,31 @@ def embedded_models() -> list[str]:
 
 
 def load_config(name: str) -> dict:
-    """The ``config.json`` dict of an embedded name or a file path; ``ConfigError`` names the choices."""
+    """The ``config.json`` dict of an embedded name or a file path; ``ConfigError`` names the choices, and for a
+    file that cannot be read as one JSON object, the file (and line)."""
+    from .errors import ConfigError
+
+    if not isinstance(name, (str, PathLike)) or isinstance(name, str) and not name.strip():
+        raise ConfigError("model", name, "must be an embedded config's name or a config.json path "
+                          f"({', '.join(embedded_models())})")
     path = Path(name)
     if path.is_file():
         try:
             cfg = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            from .errors import ConfigError
-
             raise ConfigError("model", name, f"is not valid JSON ({path}:{exc.lineno}: {exc.msg})") from None
         except UnicodeDecodeError as exc:
-            from .errors import ConfigError
-
             raise ConfigError("model", name, f"is not UTF-8 text ({path}: byte {exc.start})") from None
+        except RecursionError:  # json's decoder recurses once a nesting level
+            raise ConfigError("model", name, f"nests its JSON deeper than a config does ({path}: Python's JSON "
+                              "reader gives up past ~1,000 levels)") from None
+        except OSError as exc:
+            raise ConfigError("model", name, f"cannot be read ({exc.strerror or exc})") from None
         if not isinstance(cfg, dict):
-            from .errors import ConfigError
-
             raise ConfigError("model", name, f"must hold a JSON object, not {type(cfg).__name__} ({path}:1)")
         return cfg
     if name in embedded_models():
         return json.loads((CONFIGS / f"{name}.json").read_text())
-    from .errors import ConfigError
-
     raise ConfigError("model", name, f"is neither a file nor an embedded config ({', '.join(embedded_models())})")
 
 

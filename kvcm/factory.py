@@ -1,4 +1,4 @@
-"""``create_kv_cache_manager``: pick V1, V2 or DeepSeek-V4 by ``kvcm_version``, as engines' configs do."""
+"""``create_kv_cache_manager``: the manager of ``kvcm_version`` (``kvcm.versions``), or DeepSeek-V4's, as engines' configs pick."""
 
 from __future__ import annotations
 
@@ -6,23 +6,22 @@ from .deepseek_v4 import DeepseekV4CacheManager, DeepseekV4Spec
 from .deprecation import renamed_keywords
 from .errors import ConfigError
 from .limits import Limits
-from .manager_v1 import KVCacheManagerV1
-from .manager_v2 import KVCacheManagerV2
-
-VERSIONS = ("v1", "v2", "auto")
-DEFAULT_VERSION = "v1"  # what ``auto`` picks for a model that declares no preference
+from . import versions
 
 
 def resolve_kvcm_version(kvcm_version: str, model) -> str:
-    """``auto`` is the model's declared preference, V1 where none is declared; DeepSeek-V4 is always V2-based."""
-    if kvcm_version not in VERSIONS:
-        raise ConfigError("kvcm_version", kvcm_version, f"one of {VERSIONS}")
+    """``auto`` is the model's declared preference, ``versions.DEFAULT`` where none is declared; DeepSeek-V4 takes
+    the version that serves it (V2-based)."""
+    if kvcm_version not in versions.FACTORY_CHOICES:
+        raise ConfigError("kvcm_version", kvcm_version, f"one of {versions.FACTORY_CHOICES}")
     if isinstance(model, DeepseekV4Spec):
-        if kvcm_version == "v1":
-            raise ConfigError("kvcm_version", kvcm_version, "DeepSeek-V4's cache is V2-based; use 'v2' or 'auto'")
-        return "v2"
-    if kvcm_version == "auto":
-        return getattr(model, "preferred_manager", None) or DEFAULT_VERSION
+        serving = versions.serving_deepseek_v4()
+        if kvcm_version != versions.AUTO and kvcm_version not in serving:
+            raise ConfigError("kvcm_version", kvcm_version,
+                              f"DeepSeek-V4's cache is V2-based; use one of {(*serving, versions.AUTO)}")
+        return serving[0]
+    if kvcm_version == versions.AUTO:
+        return getattr(model, "preferred_manager", None) or versions.DEFAULT
     return kvcm_version
 
 
@@ -38,5 +37,4 @@ def create_kv_cache_manager(kvcm_version: str, model, kv_cache_config=None, limi
     if isinstance(model, DeepseekV4Spec):
         return DeepseekV4CacheManager(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes,
                                       mapping=mapping, pp_rank=pp_rank)
-    cls = KVCacheManagerV1 if resolved == "v1" else KVCacheManagerV2
-    return cls(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes, mapping=mapping, pp_rank=pp_rank)
+    return versions.get(resolved).cls(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes, mapping=mapping, pp_rank=pp_rank)

@@ -58,6 +58,7 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
 
 class BaseKVCacheManager(ReuseMixin):
     kvcm_version = "base"
+    _pool_class = BlockPool          # V1 takes TensorRT-LLM's free-queue order (kvcm/free_queue.py)
     version = renamed_attribute("kvcm_version")
 
     def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, limits: Limits | None = None,
@@ -72,6 +73,7 @@ class BaseKVCacheManager(ReuseMixin):
         if kv_cache_config is not None and not isinstance(kv_cache_config, KvCacheConfig):
             raise ConfigError("kv_cache_config", type(kv_cache_config).__name__, "must be a kvcm.KvCacheConfig or None")
         cfg = kv_cache_config or KvCacheConfig()
+        _check_mapping(mapping, pp_rank)
         if mapping is not None:
             model = model.for_rank(mapping, pp_rank)
         self.mapping, self.pp_rank = mapping, pp_rank
@@ -93,7 +95,7 @@ class BaseKVCacheManager(ReuseMixin):
                 raise ConfigError("kv_cache_config", "budget", f"leaves 0 blocks for layer group {g.index} ({g.name}); "
                                   f"one block there takes {g.bytes_per_block} bytes, the budget is {self.budget_bytes}")
             g.num_blocks = n
-        self.pools = [BlockPool(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
+        self.pools = [self._pool_class(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
         self.stale_released = [0] * len(self.pools)   # pages V2 gave back as they left a window, per group
         self._seqs: dict[object, _Sequence] = {}
         self._views: dict[int, torch.Tensor] = {}
@@ -209,6 +211,8 @@ class BaseKVCacheManager(ReuseMixin):
         try:
             return [seqs[rid].blocks for rid in request_ids]
         except (KeyError, TypeError):
+            if not hasattr(request_ids, "__iter__"):
+                raise ConfigError("request_ids", request_ids, "must be a list of held request ids") from None
             for rid in request_ids:
                 self._seq(rid)           # raises for the first id it does not hold, naming it
             raise
@@ -312,3 +316,17 @@ def _batch_summary(batch: BatchDesc) -> list[dict]:
         else:
             out.append({"count": 1, "capacity": kv.capacity, "history": kv.history_length})
     return out
+
+
+def _check_mapping(mapping, pp_rank) -> None:
+    """A ``mapping`` that is a ``kvcm.Mapping`` (a dict of its fields used to end in an ``AttributeError``), and a
+    ``pp_rank`` only with one (without, the manager is one GPU's and ``pp_rank`` was silently ignored)."""
+    from .parallel import Mapping
+
+    if mapping is None:
+        if pp_rank != 0:
+            raise ConfigError("pp_rank", pp_rank, "needs a mapping (kvcm.Mapping(pp_size=...)); without one the cache "
+                              "is one GPU's, stage 0")
+    elif not isinstance(mapping, Mapping):
+        raise ConfigError("mapping", mapping, f"must be a kvcm.Mapping, not {type(mapping).__name__} (for a dict "
+                          "of its fields: kvcm.Mapping(**fields))")

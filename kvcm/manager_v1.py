@@ -11,13 +11,29 @@ from . import validation
 from .errors import OutOfPagesError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
+from .free_queue import QueuedBlockPool
 from .reuse.policy import V1Policy
+from .reuse.host_tier import TieredReuseCache, host_blocks
+from .reuse.queued_cache import QueuedReuseCache
 from . import seams
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
     kvcm_version = "v1"
     _reuse_policy = V1Policy()
+    _pool_class = QueuedBlockPool    # upstream's free queue: ids and eviction order as BlockManagerReuseTest pins
+    _cache_class = QueuedReuseCache
+    _host_tier = True
+
+    def _make_reuse_cache(self):
+        """With ``host_cache_size``, TensorRT-LLM's secondary pool: floor(bytes / block bytes) blocks per group."""
+        cfg = self.kv_cache_config
+        n = host_blocks(cfg.host_cache_size, sum(g.bytes_per_block for g in self.layer_groups))
+        if n == 0:
+            return super()._make_reuse_cache()
+        return TieredReuseCache(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups),
+                                num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
+                                offload_min_priority=cfg.offload_min_priority)
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block
@@ -42,14 +58,23 @@ class KVCacheManagerV1(BaseKVCacheManager):
             need = target - have
             if any(pool.num_available < need for pool in self.pools):
                 raise self._out_of_pages(request_id, [need] * len(self.pools), what)
-            for blocks, pool in zip(seq.blocks, self.pools):
-                blocks.extend(pool.allocate(need))
+            taken = []
+            try:
+                for pool in self.pools:
+                    taken.append(pool.allocate(need))
+            except BaseException:      # all or nothing: no group keeps a page another group could not match
+                for pool, pages in zip(self.pools, taken):
+                    pool.release(pages)
+                raise
+            for blocks, pages in zip(seq.blocks, taken):
+                blocks.extend(pages)
         elif target < have:
-            for g, (blocks, pool) in enumerate(zip(seq.blocks, self.pools)):
+            for g, (blocks, pool) in enumerate(zip(seq.blocks, self.pools)):     # removeToken: to the front
                 if seq.reuse is None or self._reuse is None:
-                    pool.release(blocks[target:])
+                    pool.release(blocks[target:], front=True)
                 else:
-                    self._reuse.release(g, blocks[target:])
+                    kept = seq.reuse.block_priorities(len(blocks), self.tokens_per_block)[target:]
+                    self._reuse.release(g, blocks[target:], kept, front=True)
                 del blocks[target:]
         seq.capacity = tokens
 

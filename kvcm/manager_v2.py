@@ -163,6 +163,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
         if created:
             self._new_seq(request_id)
         seq = self._seq(request_id)
+        started = seq.reuse is not None and seq.reuse.started
         if seq.reuse is not None:
             seq.reuse.started = True      # its pages are LOCKED from now on (TensorRT-LLM's resume)
         try:
@@ -171,6 +172,8 @@ class KVCacheManagerV2(BaseKVCacheManager):
         except BaseException:
             if created:
                 self.free_resources(request_id)
+            elif seq.reuse is not None:   # a refused first chunk leaves the match HELD, as it was
+                seq.reuse.started = seams.started_after_refused_chunk(started)
             raise
 
     def end_context_chunk(self, request_id, history: int) -> None:

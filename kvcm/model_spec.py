@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, Field, Strict
 
 from .config import dtype_bytes, resolve_dtype
 from .errors import ConfigError
+from .versions import NAMES
 from .validation import MAX_LAYERS, MAX_LAYERS_WHY, Int, config_dataclass, count
 
 
@@ -90,7 +91,7 @@ class ModelSpec:
         description="a model needs at least one attention layer (a tuple of LayerSpec)")
     name: str = "model"
     max_position_embeddings: PositiveInt | None = None
-    preferred_manager: Literal["v1", "v2"] | None = Field(None, description="one of None, 'v1', 'v2'")
+    preferred_manager: Literal[NAMES] | None = Field(None, description=f"one of None, {', '.join(map(repr, NAMES))}")
     extra: dict = field(default_factory=dict, compare=False)
     num_attention_heads: PositiveInt | None = None
     num_model_layers: PositiveInt | None = None

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 
+from . import versions
 from .embedded import embedded_models, load_config, load_spec
 from .units import ceil_div
 
@@ -54,7 +55,8 @@ def max_concurrency(manager, seq_len: int) -> int:
     tpb = manager.tokens_per_block
     counts = []
     for g in manager.layer_groups:
-        need = g.blocks_needed(seq_len, seq_len - 1, tpb) if manager.kvcm_version == "v2" else ceil_div(seq_len, tpb)
+        need = (g.blocks_needed(seq_len, seq_len - 1, tpb) if versions.get(manager.kvcm_version).releases_window_pages
+                else ceil_div(seq_len, tpb))
         counts.append(g.num_blocks // max(need, 1))
     return min(counts)
 
@@ -68,15 +70,16 @@ def plan(args, progress: bool | None = None) -> dict:
     from .limits import Limits
 
     deepseek = is_deepseek_v4(model)
-    if deepseek and args.kvcm_version == "v1":
-        raise SystemExit("kvcm plan: --kvcm-version v1: DeepSeek-V4 is planned by V2 only (its compressed and "
-                         "sliding-window groups need V2's layer groups); use --kvcm-version v2")
+    serving = versions.serving_deepseek_v4()
+    if deepseek and args.kvcm_version not in (*serving, versions.ALL):
+        raise SystemExit(f"kvcm plan: --kvcm-version {args.kvcm_version}: DeepSeek-V4 is planned by V2 only (its "
+                         f"compressed and sliding-window groups need V2's layer groups); use --kvcm-version "
+                         f"{serving[0]}")
     tpb = args.tpb if args.tpb is not None else 128 if deepseek else 32
     cfg = cache_config(tpb=tpb, max_tokens=args.max_tokens, dtype=args.dtype, fraction=args.fraction,
                        max_gpu_total_bytes=None if args.max_gpu_total_gib is None else int(args.max_gpu_total_gib * GiB),
                        enable_block_reuse=not args.no_block_reuse, enable_partial_reuse=not args.no_partial_reuse)
-    versions = ["v1", "v2"] if args.kvcm_version == "both" and not deepseek else ["v2"] if deepseek else [
-        args.kvcm_version]
+    planned = [v for v in versions.selected(args.kvcm_version) if not deepseek or v in serving]
     out = {"model": args.model, "free_memory_bytes": int(args.free_gib * GiB), "max_batch_size": args.max_batch_size,
            "max_seq_len": args.max_seq_len, "max_num_tokens": args.max_num_tokens, "max_draft_len": args.max_draft_len,
            "num_extra_kv_tokens": args.extra_kv_tokens, "tokens_per_block": tpb, "dtype": args.dtype,
@@ -89,10 +92,10 @@ def plan(args, progress: bool | None = None) -> dict:
     draft = _draft_split(args, model, cfg, out, mapping)
     if draft is not None:
         cfg = draft[1]
-    if deepseek and args.kvcm_version == "both":
+    if deepseek and args.kvcm_version == versions.ALL:
         out["notes"].append("DeepSeek-V4 is planned by V2 only (its compressed and sliding-window groups need V2)")
-    for kvcm_version in _progress(versions, progress):
-        entry = {"kvcm_version": kvcm_version}
+    for kvcm_version in _progress(planned, progress):
+        entry, traits = {"kvcm_version": kvcm_version}, versions.get(kvcm_version)
         try:
             limits = Limits(args.max_batch_size, args.max_seq_len, args.max_num_tokens, args.max_draft_len,
                             args.extra_kv_tokens, device="meta")
@@ -101,10 +104,8 @@ def plan(args, progress: bool | None = None) -> dict:
                                              free_memory_bytes=int(args.free_gib * GiB),
                                              two_model=args.two_model or draft is not None, mapping=mapping, pp_rank=r)
 
-            stages = [build(r, cfg) for r in range(1 if mapping is None else mapping.pp_size)]
-            if kvcm_version == "v1" and len(stages) > 1:   # V1 takes every rank's max_tokens down to the fewest
-                from .plan_parallel import v1_common_tokens
-                stages = v1_common_tokens(stages, cfg, build)
+            from .plan_parallel import build_stages   # V1 takes every rank's max_tokens down to the fewest
+            stages = build_stages(model, mapping, cfg, build, traits.common_max_tokens_across_ranks)
             est = stages[0]   # with --pp: stage 0's in detail below, every stage's in "stages"
             if draft is not None:
                 from .factory import create_kv_cache_manager
@@ -118,7 +119,7 @@ def plan(args, progress: bool | None = None) -> dict:
             out["managers"].append(entry)
             continue
         final = est.manager
-        if kvcm_version == "v2" and not deepseek:   # TensorRT-LLM's estimation max_tokens (docs/semantics.md 10)
+        if traits.trtllm_estimation_path and not deepseek:   # TensorRT-LLM's estimation max_tokens (semantics.md 10)
             from .estimation_tokens import trtllm_estimation_max_tokens_for
 
             entry["trtllm_estimation_max_tokens"] = trtllm_estimation_max_tokens_for(
@@ -127,9 +128,9 @@ def plan(args, progress: bool | None = None) -> dict:
                      max_concurrency=max_concurrency(final, args.max_seq_len),
                      warmup=[w.as_dict() for w in est.warmups])
         if mapping is not None:
-            from .plan_parallel import deployment, stage_entry
-            entry["stages"] = [stage_entry(r, s.manager, max_concurrency(s.manager, args.max_seq_len))
-                               for r, s in enumerate(stages)]
+            from .plan_parallel import deployment, stage_entries
+            entry["stages"] = stage_entries(stages, model, mapping,
+                                            lambda m: max_concurrency(m, args.max_seq_len))
             entry["deployment"] = deployment(entry["stages"], mapping, args.max_batch_size)
         out["managers"].append(entry)
     return out
@@ -275,15 +276,15 @@ def _draft_split(args, model, cfg, out, mapping=None):
     return draft_spec, target_cfg, draft_cfg
 
 
-def _progress(versions: list[str], show: bool | None):
+def _progress(planned: list[str], show: bool | None):
     """A bar over the managers being built (estimation cache, warmup, final cache each); on a terminal only."""
-    if show is False or len(versions) < 2:
-        return versions
+    if show is False or len(planned) < 2:
+        return planned
     try:
         from tqdm import tqdm
     except ImportError:  # progress is a nicety, never a requirement
-        return versions
-    return tqdm(versions, desc="kvcm plan", unit="manager", leave=False, disable=None if show is None else not show)
+        return planned
+    return tqdm(planned, desc="kvcm plan", unit="manager", leave=False, disable=None if show is None else not show)
 
 
 def render(result: dict) -> str:
@@ -322,9 +323,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "budget, pools per layer group, tokens, requests that fit, and the CUDA-graph warmup plan.")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded config ({', '.join(embedded_models())}) or a "
                                                           "config.json path")
-    p.add_argument("--kvcm-version", choices=["v1", "v2", "both"], default="both",
+    p.add_argument("--kvcm-version", choices=[*versions.NAMES, versions.ALL], default=versions.ALL,
                    help="manager version(s) to plan; DeepSeek-V4 is V2 only")
-    p.add_argument("--version", choices=["v1", "v2", "both"], dest="kvcm_version", action=_OldVersionFlag,
+    p.add_argument("--version", choices=[*versions.NAMES, versions.ALL], dest="kvcm_version", action=_OldVersionFlag,
                    help=argparse.SUPPRESS)
     p.add_argument("--free-gib", type=float, default=DEFAULT_FREE_GIB,
                    help="free device memory in GiB that --fraction applies to (an H100's 80 GiB)")

@@ -26,8 +26,13 @@ def mapping_of(args, cfg: dict | None):
     tp, pp, adp = getattr(args, "tp", 1), getattr(args, "pp", 1), getattr(args, "attention_dp", False)
     from . import validation
 
-    validation.count("--tp", tp, 1)
-    validation.count("--pp", pp, 1)
+    validation.count("--tp", tp, 1, validation.MAX_WORLD_SIZE, validation.MAX_WORLD_SIZE_WHY)
+    validation.count("--pp", pp, 1, validation.MAX_WORLD_SIZE, validation.MAX_WORLD_SIZE_WHY)
+    if tp * pp > validation.MAX_WORLD_SIZE:
+        from .errors import ConfigError
+
+        raise ConfigError("--tp x --pp", tp * pp, f"must be <= {validation.MAX_WORLD_SIZE} "
+                          f"({validation.MAX_WORLD_SIZE_WHY})")
     if tp == 1 and pp == 1 and not adp:
         return None
     from .errors import ConfigError
@@ -50,16 +55,67 @@ def mapping_of(args, cfg: dict | None):
     return mapping
 
 
-def v1_common_tokens(stages: list, cfg, build) -> list:
-    """V1's pools under pipeline parallelism: ``calculate_max_num_blocks`` reduces ``max_tokens`` with MIN over
-    every rank before it counts blocks, so a stage with fewer layers allocates only the fewest tokens any stage
-    holds. ``build(pp_rank, config)`` rebuilds a stage (its estimation cache is unchanged: it ignores
-    ``max_tokens``); V2 keeps each stage's own pool (its ranks agree on a byte quota, not on tokens)."""
+class Stages:
+    """Which model layers each pipeline stage holds, and which stages hold the same shape of cache.
+
+    A stage's cache depends only on its layers' shapes (heads, widths, windows, roles), not on which model layers
+    they are, so stages of one shape are planned once: ``--pp 1024`` on a 1,024-layer model builds one or two
+    caches, not 1,024 (each a manager, an estimation cache and two warmups; 134 s before). Every index here is
+    made in one pass over the layers, so nothing grows with stages x layers."""
+
+    def __init__(self, spec, mapping):
+        from dataclasses import fields
+
+        from .parallel import model_layer_of, num_model_layers
+
+        self.mapping, self.n = mapping, num_model_layers(spec)
+        names = [f.name for f in fields(spec.layers[0]) if f.name != "model_layer"]
+        self._by_model_layer: dict[int, list] = {}
+        for i, layer in enumerate(spec.layers):
+            shape = tuple(getattr(layer, name) for name in names)
+            self._by_model_layer.setdefault(model_layer_of(spec, i), []).append(shape)
+        self._extra = sorted(m for m in self._by_model_layer if m >= self.n)  # MTP layers: the last stage's
+
+    @classmethod
+    def of(cls, spec, mapping) -> "Stages | None":
+        """None for a model whose ranks are not cut from its layers alone (DeepSeek-V4 builds its own)."""
+        from .model_spec import ModelSpec
+
+        return cls(spec, mapping) if type(spec) is ModelSpec and spec.layers else None
+
+    def model_layers(self, pp_rank: int) -> list[int]:
+        last = pp_rank == self.mapping.pp_size - 1
+        return self.mapping.pp_layers(self.n, pp_rank) + (self._extra if last else [])
+
+    def shape(self, pp_rank: int) -> tuple:
+        return tuple(shape for m in self.model_layers(pp_rank) for shape in self._by_model_layer.get(m, ()))
+
+
+def build_stages(spec, mapping, cfg, build, common_max_tokens: bool) -> list:
+    """One ``build(pp_rank, config)`` result per stage, stages of one shape sharing it; then V1's pools under
+    pipeline parallelism: ``calculate_max_num_blocks`` reduces ``max_tokens`` with MIN over every rank before
+    it counts blocks, so a stage with fewer layers allocates only the fewest tokens any stage holds (its
+    estimation cache is unchanged: it ignores ``max_tokens``); V2 keeps each stage's own pool (its ranks agree
+    on a byte quota, not on tokens)."""
+    if mapping is None:
+        return [build(0, cfg)]
     from . import seams
 
-    agreed = seams.rank_tokens([s.manager.max_tokens for s in stages])
-    return [s if s.manager.max_tokens == tokens else build(r, cfg.replace(max_tokens=tokens))
-            for r, (s, tokens) in enumerate(zip(stages, agreed))]
+    stages = Stages.of(spec, mapping)
+    built: dict = {}
+
+    def once(r, config):
+        key = (stages.shape(r) if stages is not None else r, config.max_tokens)
+        if key not in built:
+            built[key] = build(r, config)
+        return built[key]
+
+    out = [once(r, cfg) for r in range(mapping.pp_size)]
+    if not common_max_tokens or len(out) == 1:
+        return out
+    agreed = seams.rank_tokens([s.manager.max_tokens for s in out])
+    return [s if s.manager.max_tokens == tokens else once(r, cfg.replace(max_tokens=tokens))
+            for r, (s, tokens) in enumerate(zip(out, agreed))]
 
 
 def _model_layers(manager) -> list[int]:
@@ -67,14 +123,28 @@ def _model_layers(manager) -> list[int]:
                    for i, layer in enumerate(manager.model.layers)})
 
 
-def stage_entry(pp_rank: int, manager, max_concurrency: int) -> dict:
-    layers = _model_layers(manager)
+def stage_entry(pp_rank: int, manager, max_concurrency: int, model_layers: list[int] | None = None) -> dict:
+    """``model_layers``: the stage's own (``Stages.model_layers``), where ``manager`` may be another stage's of
+    the same shape; None reads them from the manager."""
+    layers = _model_layers(manager) if model_layers is None else model_layers
     d = manager.describe()
     return {"pp_rank": pp_rank, "first_layer": layers[0], "last_layer": layers[-1], "num_layers": len(layers),
             "kv_heads_per_layer": sorted({layer.num_kv_heads for layer in manager.model.layers
                                           if layer.role == "KV" and not layer.is_mla}),
             "bytes_per_token": d.get("bytes_per_token"), "pool_bytes": d["pool_bytes"], "max_tokens": d["max_tokens"],
             "max_concurrency": max_concurrency}
+
+
+def stage_entries(stages: list, spec, mapping, concurrency) -> list[dict]:
+    """``stage_entry`` of every stage; ``concurrency(manager)`` is computed once for stages sharing a cache."""
+    index = Stages.of(spec, mapping)
+    fits: dict[int, int] = {}
+    out = []
+    for r, s in enumerate(stages):
+        if id(s) not in fits:
+            fits[id(s)] = concurrency(s.manager)
+        out.append(stage_entry(r, s.manager, fits[id(s)], None if index is None else index.model_layers(r)))
+    return out
 
 
 def deployment(stages: list[dict], mapping, max_batch_size: int) -> dict:
@@ -89,6 +159,10 @@ def deployment(stages: list[dict], mapping, max_batch_size: int) -> dict:
             "pool_bytes": sum(s["pool_bytes"] for s in stages) * mapping.tp_size}
 
 
+def plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 # ---- text --------------------------------------------------------------------------------------------------------
 def assumption_lines(result: dict) -> list[str]:
     p = result.get("parallel")
@@ -96,7 +170,7 @@ def assumption_lines(result: dict) -> list[str]:
         return []
     adp = "on (each rank its own requests, every head)" if p["enable_attention_dp"] else \
         "off (a stage's ranks share tokens, split heads)"
-    return [f"  {p['tp_size']} TP x {p['pp_size']} PP = {p['world_size']} GPUs [--tp, --pp], attention DP {adp} "
+    return [f"  {p['tp_size']} TP x {p['pp_size']} PP = {plural(p['world_size'], 'GPU')} [--tp, --pp], attention DP {adp} "
             f"[--attention-dp]; the memory above is each GPU's"]
 
 
@@ -105,24 +179,25 @@ def verdict_line(m: dict, result: dict) -> str:
     d, p = m["deployment"], result["parallel"]
     b, dp = result["max_batch_size"], d["kv_pools"]
     if p["enable_attention_dp"]:
-        tokens = f"{dp} x {d['max_tokens'] // dp:,} = {d['max_tokens']:,} tokens ({dp} attention-DP ranks, each " \
-                 f"its own pool and requests)"
+        tokens = f"{dp} x {d['max_tokens'] // dp:,} = {d['max_tokens']:,} tokens ({plural(dp, 'attention-DP rank')}, " \
+                 f"each its own pool and requests)"
         fit = f"{dp} x {d['max_concurrency'] // dp:,} = {d['max_concurrency']:,} requests at once"
         bound = f"B={b} a rank binds; the pools would hold {d['requests_fit']:,}"
     else:
-        tokens = f"{d['max_tokens']:,} tokens (the {p['tp_size']} TP ranks of a stage hold the same tokens" + \
+        share = "a stage is one GPU" if p["tp_size"] == 1 else f"the {p['tp_size']} TP ranks of a stage hold the same tokens"
+        tokens = f"{d['max_tokens']:,} tokens ({share}" + \
                  (f"; stage {d['binding_stage']} holds the fewest)" if p["pp_size"] > 1 else ")")
         fit = f"{d['max_concurrency']:,} requests at once"
         bound = f"B={b} binds; the pools would hold {d['requests_fit']:,}"
     if d["requests_fit"] > d["max_concurrency"]:
         fit += f" ({bound})"
-    return f"  deployment on {d['gpus']} GPUs: {tokens}: {fit}"
+    return f"  deployment on {plural(d['gpus'], 'GPU')}: {tokens}: {fit}"
 
 
 def stage_lines(m: dict, result: dict) -> list[str]:
     """One line per pipeline stage (every TP rank of a stage holds the same shape)."""
     p = result["parallel"]
-    lines = [f"  per rank ({p['tp_size']} TP rank{'s' if p['tp_size'] > 1 else ''} a stage, each the same):"]
+    lines = [f"  per rank ({plural(p['tp_size'], 'TP rank')} a stage, each the same):"]
     for s in m["stages"]:
         heads = "/".join(map(str, s["kv_heads_per_layer"]))
         heads = f"{heads} KV head{'s' if heads != '1' else ''} a layer" if heads else "the whole latent a layer"

@@ -259,6 +259,22 @@ def may_evict(refs: int) -> bool:
     return refs == 0
 
 
+@seam("whether an allocation that finds no unheld leaf to evict (in a group that evicts leaves first) evicts an "
+      "unheld block with descendants, taking its descendants' pages in that group out of the tree, as TensorRT-LLM's "
+      "getFreeBlock does (kvCacheManager.cpp freeBlockAndAllDescendants / detachDescendantsFromLookupTree). Leaves "
+      "only, a pool counted a cached block it could not evict as available: V1 with a window group and reuse raised "
+      "RuntimeError from the block pool with another group's page already taken (issue 39)")
+def evict_with_descendants() -> bool:
+    return True
+
+
+@seam("whether a request made by add_sequence counts as started (its pages LOCKED, not HELD) after its first "
+      "context chunk was refused: as it was before the call, since a refused call changes nothing "
+      "(docs/semantics.md 11.2; V2 marked it started before it knew the chunk fit, issue 39)")
+def started_after_refused_chunk(started_before: bool) -> bool:
+    return started_before
+
+
 @seam("return one page to its pool; a page that is already free is refused, never listed twice in the free "
       "list (vLLM #42571: free_blocks([b, b]) grew the free count by two)")
 def release_block(pool, block: int) -> None:

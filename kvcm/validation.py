@@ -40,6 +40,15 @@ of layers took minutes before answering; the deepest published LLMs have under 2
 MAX_LAYERS_WHY = "kvcm.MAX_LAYERS: specs hold one entry a layer; published models have under 200"
 
 
+# GPUs in one planned deployment (--tp x --pp). TensorRT-LLM itself bounds only pp_size (<= the model's layers,
+# tensorrt_llm/mapping.py pp_layers) and requires tp x pp x cp == the MPI world size, held as SizeType32
+# (cpp/tensorrt_llm/runtime/worldConfig.cpp); kvcm adds this bound so a typo (--tp 1000000 with attention DP)
+# is refused instead of planned as a million GPUs.
+MAX_WORLD_SIZE = 1 << 16
+MAX_WORLD_SIZE_WHY = ("kvcm.MAX_WORLD_SIZE GPUs in one deployment; TensorRT-LLM bounds only pp_size by the layers and "
+                      "tp x pp by its int32 world size")
+
+
 def _as_int(field: str, value) -> int:
     """An integer-like value (``int``, numpy/torch integer scalars) as ``int``; bools, floats and strings are not."""
     if isinstance(value, bool):

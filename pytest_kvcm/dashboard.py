@@ -11,95 +11,31 @@ block or run as markup.
 
 from __future__ import annotations
 
-import html
 import json
-import math
-import sqlite3
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from .paths import output_problem
-from .results import COLUMNS, DEFAULT_PATH, store_problem
+from kvcm.versions import NAMES as VERSIONS
 
-VERSIONS = ("v1", "v2")
-COLORS = {"v1": "#2563eb", "v2": "#ea580c", None: "#6b7280"}
+from .dashboard_chart import number_text, when_text, esc, history_svg
+from .dashboard_rows import load_rows
+from .paths import output_problem, write_atomically
+from .results import DEFAULT_PATH, StoreError
 
-
-def esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-class StoreError(ValueError):
-    """A results store (or the dashboard's output path) that cannot be used: one line naming the path."""
-
-
-def load_rows(store_path: str | Path) -> list[dict[str, Any]]:
-    """All rows, oldest first, read-only (rendering never creates or changes a store). A store that cannot be
-    read, or a row whose numbers are not numbers, is a ``StoreError`` naming the path (and the row)."""
-    path = Path(store_path)
-    problem = store_problem(path, write=False)
-    if problem:
-        raise StoreError(f"results store {path}: {problem}")
-    try:
-        return _read_rows(path)
-    except sqlite3.DatabaseError as e:
-        raise StoreError(f"results store {path}: cannot be read ({e})") from None
-
-
-def _check_row(path: Path, r: dict) -> None:
-    for col, kinds in (("time", (int, float)), ("value", (int, float, type(None))),
-                       ("threshold", (int, float, type(None))), ("n", (int, type(None))),
-                       ("passed", (int, type(None)))):
-        v = r[col]
-        if not isinstance(v, kinds) or isinstance(v, float) and not math.isfinite(v):
-            raise StoreError(f"results store {path}: row id {r['id']} ({r['metric']!r}): {col}={v!r:.40} is not "
-                             f"{'a finite number' if float in kinds else 'an integer'}"
-                             + (" or NULL" if type(None) in kinds else ""))
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-    try:
-        cur = con.execute(f"SELECT id, {', '.join(COLUMNS)} FROM results ORDER BY time, id")
-        names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, r)) for r in cur.fetchall()]
-    finally:
-        con.close()
-    for r in rows:
-        _check_row(path, r)
-        if not isinstance(r["metric"], str):
-            r["metric"] = str(r["metric"])
-        try:
-            r["extra"] = json.loads(r["extra"]) if r["extra"] else {}
-        except (ValueError, TypeError):
-            r["extra"] = {"unparsed": r["extra"]}
-        if not isinstance(r["extra"], dict):
-            r["extra"] = {"unparsed": r["extra"]}
-        r["passed"] = None if r["passed"] is None else bool(r["passed"])
-    return rows
-
-
-def _fmt(v: Any, digits: int = 3) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{v:.0f}"
-    return str(v)
-
-
-def _when(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) + " UTC" if t else "–"
+# what every page this module writes holds (and no other file does): the mark that lets --out replace it
+MARK = '<script type="application/json" id="kvcm-data">'
 
 
 def _badge(passed: bool | None, extra=None) -> str:
     if passed is None:
         if isinstance(extra, dict) and extra.get("verdict") == "cannot decide":  # too few samples for any fail
             need = extra.get("min_samples")
+            need = f"{need:,}" if isinstance(need, int) and not isinstance(need, bool) else esc(need) if need else ""
             return ('<span class="badge none">cannot decide</span>'
-                    + (f' <span class="small muted">(fails from n={need:,})</span>' if need else ""))
+                    + (f' <span class="small muted">(fails from n={need})</span>' if need else ""))
         return '<span class="badge none">no verdict</span>'
     return '<span class="badge pass">pass</span>' if passed else '<span class="badge fail">FAIL</span>'
 
@@ -113,65 +49,10 @@ def _spec_text(spec_json: str) -> str:
     if not spec_json:
         return "default"
     spec = json.loads(spec_json)
+    if not isinstance(spec, dict):  # a row another tool wrote: shown as it is
+        return spec_json
     parts = [f"{k}={v}" for k, v in spec.items() if v is not None and not (k == "dtype" and v == "auto")]
     return ", ".join(parts) or "default"
-
-
-# ----------------------------------------------------------------------------------------------- charts
-def history_svg(points: list[dict], *, width: int = 560, height: int = 170) -> str:
-    """Score per run for each manager version, with the threshold as a dashed step line."""
-    pts = [p for p in points if p["value"] is not None]
-    if not pts:
-        return '<p class="muted">no values</p>'
-    left, right, top, bottom = 44, 12, 10, 26
-    values = [p["value"] for p in pts] + [p["threshold"] for p in pts if p["threshold"] is not None]
-    lo, hi = min(values), max(values)
-    pad = max((hi - lo) * 0.15, 1.0)
-    lo, hi = lo - pad, hi + pad
-    times = [p["time"] for p in pts]
-    t0, t1 = min(times), max(times)
-    span = (t1 - t0) or 1.0
-
-    def x(t: float) -> float:
-        return left + (width - left - right) * ((t - t0) / span if t1 > t0 else 0.5)
-
-    def y(v: float) -> float:
-        return top + (height - top - bottom) * (1 - (v - lo) / (hi - lo))
-
-    out = [f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-           f'role="img" aria-label="score history">']
-    for frac in (0.0, 0.5, 1.0):
-        v = lo + (hi - lo) * frac
-        out.append(f'<line x1="{left}" x2="{width - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>'
-                   f'<text x="{left - 6}" y="{y(v) + 4:.1f}" class="axis" text-anchor="end">{v:.1f}</text>')
-    thr = sorted((p["time"], p["threshold"]) for p in pts if p["threshold"] is not None)
-    if thr:
-        path = [f"M{x(thr[0][0]):.1f},{y(thr[0][1]):.1f}"]
-        for (ta, va), (tb, vb) in zip(thr, thr[1:]):
-            path += [f"L{x(tb):.1f},{y(va):.1f}", f"L{x(tb):.1f},{y(vb):.1f}"]
-        if len(thr) == 1:
-            path = [f"M{left},{y(thr[0][1]):.1f}", f"L{width - right},{y(thr[0][1]):.1f}"]
-        out.append(f'<path d="{" ".join(path)}" class="threshold"><title>threshold</title></path>')
-    series: dict[Any, list[dict]] = defaultdict(list)
-    for p in pts:
-        series[p["kvcm_version"]].append(p)
-    for kvcm_version, ps in sorted(series.items(), key=lambda kv: str(kv[0])):
-        color = COLORS.get(kvcm_version, COLORS[None])
-        if len(ps) > 1:
-            coords = " ".join(f"{x(p['time']):.1f},{y(p['value']):.1f}" for p in ps)
-            out.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for p in ps:
-            tip = (f"{kvcm_version or '?'} {p['value']:.3f} (threshold {_fmt(p['threshold'])}, n={_fmt(p['n'])}) "
-                   f"{_when(p['time'])} {p['git_commit'] or ''}")
-            cls = "pt fail" if p["passed"] is False else "pt"
-            out.append(f'<circle cx="{x(p["time"]):.1f}" cy="{y(p["value"]):.1f}" r="4" fill="{color}" '
-                       f'class="{cls}"><title>{esc(tip)}</title></circle>')
-    out.append(f'<text x="{left}" y="{height - 8}" class="axis">{esc(_when(t0))}</text>')
-    if t1 > t0:
-        out.append(f'<text x="{width - right}" y="{height - 8}" class="axis" text-anchor="end">'
-                   f'{esc(_when(t1))}</text>')
-    out.append("</svg>")
-    return "".join(out)
 
 
 # ----------------------------------------------------------------------------------------------- sections
@@ -200,9 +81,9 @@ def _gates_section(rows: list[dict]) -> str:
                 cells.append('<td class="muted">–</td>')
                 continue
             cells.append(
-                f'<td class="cell">{_badge(r["passed"], r["extra"])} <span class="score">{_fmt(r["value"])}</span>'
-                f' <span class="muted">vs</span> {_fmt(r["threshold"])}'
-                f'<div class="small muted">n={_fmt(r["n"])} · {esc(_when(r["time"]))}</div>'
+                f'<td class="cell">{_badge(r["passed"], r["extra"])} <span class="score">{number_text(r["value"])}</span>'
+                f' <span class="muted">vs</span> {number_text(r["threshold"])}'
+                f'<div class="small muted">n={number_text(r["n"])} · {esc(when_text(r["time"]))}</div>'
                 f'<div class="small muted testid">{esc(r["test_id"])}</div></td>')
         failed = any(r["passed"] is False for r in latest.values())
         body.append(f'<tr class="gate{" failed" if failed else ""}" data-gate="g{i}"><td><a href="#g{i}">'
@@ -238,9 +119,9 @@ def _table_section(sid: str, title: str, rows: list[dict]) -> str:
     body = "".join(
         f'<tr class="{"failed" if r["passed"] is False else ""}"><td>{_badge(r["passed"], r["extra"])}</td>'
         f'<td class="testid">{esc(r["test_id"])}</td><td>{esc(r["metric"])}</td>'
-        f'<td>{esc(r["kvcm_version"] or "–")}</td><td class="num">{_fmt(r["value"])}</td>'
-        f'<td class="num">{_fmt(r["threshold"])}</td><td class="small">{esc(_extra_text(r["extra"]))}</td>'
-        f'<td class="small muted">{esc(_when(r["time"]))}</td></tr>' for r in rows)
+        f'<td>{esc(r["kvcm_version"] or "–")}</td><td class="num">{number_text(r["value"])}</td>'
+        f'<td class="num">{number_text(r["threshold"])}</td><td class="small">{esc(_extra_text(r["extra"]))}</td>'
+        f'<td class="small muted">{esc(when_text(r["time"]))}</td></tr>' for r in rows)
     return (f'<section id="{sid}"><h2>{esc(title)}</h2><table class="grid-table"><thead><tr><th></th>'
             f'<th>test</th><th>metric</th><th>manager</th><th>value</th><th>threshold</th><th>details</th>'
             f'<th>time</th></tr></thead><tbody>{body}</tbody></table></section>')
@@ -294,7 +175,8 @@ def _json_script(payload: Any) -> str:
     return f'<script type="application/json" id="kvcm-data">{text}</script>'
 
 
-def render_html(rows: list[dict], *, title: str = "kvcm results", source: str = "") -> str:
+def render_html(rows: list[dict], *, title: str = "kvcm results", source: str = "",
+                skipped: list[str] = ()) -> str:
     gates_latest = {}
     for r in rows:
         if r["metric"].startswith("accuracy."):
@@ -307,20 +189,23 @@ def render_html(rows: list[dict], *, title: str = "kvcm results", source: str = 
     other = _latest_by_test(r for r in rows if not (r["metric"].startswith(("accuracy.", "warmup"))
                                                     or "parity" in r["metric"]))
     passing = sum(1 for r in gates_latest.values() if r["passed"] is True)  # "cannot decide" is no pass
-    tiles = (f'<div class="tile {"bad" if failing else "good"}"><b>{passing}/'
-             f'{len(gates_latest)}</b>gate results passing</div>'
-             f'<div class="tile"><b>{len(runs)}</b>runs</div>'
-             f'<div class="tile"><b id="row-count">{len(rows)}</b>rows</div>')
+    gate_tile = (f'<div class="tile {"bad" if failing else "good"}"><b>{passing}/{len(gates_latest)}</b>'
+                 f'gate results passing</div>' if gates_latest
+                 else '<div class="tile"><b>none</b>gate results recorded</div>')  # 0/0 is no pass
+    tiles = (gate_tile + f'<div class="tile"><b>{len(runs)}</b>runs</div>'
+             f'<div class="tile"><b id="row-count">{len(rows)}</b>rows</div>'
+             + (f'<div class="tile bad" title="{esc(chr(10).join(skipped[:50]))}"><b>{len(skipped)}</b>'
+                f'rows skipped</div>' if skipped else ""))
     meta = (f"latest run {esc(last['run_id'])} · commit {esc((last['git_commit'] or '–')[:12])} · "
-            f"lane {esc(last['lane'] or '–')} · {esc(last['machine'] or '')} · {esc(_when(last['time']))}"
+            f"lane {esc(last['lane'] or '–')} · {esc(last['machine'] or '')} · {esc(when_text(last['time']))}"
             if last else "empty store")
-    payload = {"source": source, "rows": rows}
+    payload = {"source": source, "rows": rows, "skipped": list(skipped)}
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>{esc(title)}</title><style>{CSS}</style></head>
+<meta name="generator" content="kvcm dashboard"><title>{esc(title)}</title><style>{CSS}</style></head>
 <body>
 <header><div><h1>{esc(title)}</h1><div class="muted small">{meta}</div>
-<div class="muted small">store: {esc(source)} · rendered {esc(_when(time.time()))}</div></div>
+<div class="muted small">store: {esc(source)} · rendered {esc(when_text(time.time()))}</div></div>
 <div class="summary">{tiles}</div></header>
 <p><nav><a href="#gates">gates</a><a href="#parity">parity</a><a href="#warmup">warmup</a><a href="#other">other</a></nav>
 <input id="filter" type="search" placeholder="filter rows (test id, model, metric)…" aria-label="filter"></p>
@@ -334,18 +219,30 @@ def render_html(rows: list[dict], *, title: str = "kvcm results", source: str = 
 """
 
 
-def render_dashboard(store_path: str | Path, out_html: str | Path, *, title: str = "kvcm results") -> Path:
-    """Render ``store_path`` to ``out_html``; returns the output path. ``StoreError`` (before any work) for an
-    output path that cannot be written, a store that cannot be read or a row that does not hold numbers."""
+def is_dashboard(path: Path) -> bool:
+    """Whether ``path`` is a page this module wrote (so ``--out`` may replace it)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read(len("<!DOCTYPE html>")) == "<!DOCTYPE html>" and MARK in f.read()
+
+
+def render_dashboard(store_path: str | Path, out_html: str | Path, *, title: str = "kvcm results",
+                     skipped: list[str] | None = None) -> Path:
+    """Render ``store_path`` to ``out_html``; returns the output path (``skipped``, when given, receives one
+    reason per row left out).
+    ``StoreError`` before any work for an output path that cannot be written, that is the store itself (or its
+    WAL files) or an existing file that is not a dashboard, and for a store that cannot be read. The page is
+    written to a temporary file and renamed, so a failure leaves the old page."""
     out = Path(out_html)
-    problem = output_problem(out_html)
+    inputs = [store_path, f"{store_path}-wal", f"{store_path}-shm", f"{store_path}-journal"]
+    problem = output_problem(out_html, inputs=inputs, ours=is_dashboard)
     if problem:
         raise StoreError(f"--out {out_html}: {problem}")
-    rows = load_rows(store_path)
-    text = render_html(rows, title=title, source=str(store_path))
+    rows, left_out = load_rows(store_path)
+    if skipped is not None:
+        skipped.extend(left_out)
+    text = render_html(rows, title=title, source=str(store_path), skipped=left_out)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        write_atomically(out, text)
     except OSError as e:  # a read-only file system, a full disk: found only by writing
         raise StoreError(f"--out {out_html}: cannot be written ({e.strerror or e})") from None
     return out
@@ -360,11 +257,13 @@ def main(argv: list[str] | None = None, prog: str = "pytest-kvcm dashboard") -> 
     ap.add_argument("--title", default="kvcm results", help="the page's title (default: kvcm results)")
     args = ap.parse_args(argv)
     try:
-        out = render_dashboard(args.results, args.out, title=args.title)
+        skipped: list[str] = []
+        out = render_dashboard(args.results, args.out, title=args.title, skipped=skipped)
     except StoreError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {out}")
+    print(f"wrote {out}" + (f" ({len(skipped)} row(s) skipped that hold no usable numbers; first: {skipped[0]})"
+                            if skipped else ""))
     return 0
 
 

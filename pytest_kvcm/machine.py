@@ -33,23 +33,12 @@ import pytest
 
 from .lanes.file_format import read_text
 
-ENV_MACHINE = "KVCM_MACHINE_JSON"
+from .options import ENV_MACHINE  # noqa: E402  (declared with --kvcm-machine)
 #: set by the sharding sub-plugin on an xdist worker: the CUDA_VISIBLE_DEVICES value before narrowing
 ENV_HOST_DEVICES = "KVCM_HOST_CUDA_VISIBLE_DEVICES"
 
 _STASH_LOCAL = pytest.StashKey["MachineInfo"]()
 _STASH_HOST = pytest.StashKey["MachineInfo"]()
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption(
-        "--kvcm-machine", dest="kvcm_machine", default=None, metavar="JSON_OR_PATH",
-        help=f"simulate a machine (JSON object or file; overrides ${ENV_MACHINE}), e.g. "
-        '\'{"gpu_count": 8, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_gb": 85, "sm": 90}\'',
-    )
-    group.addoption("--kvcm-stage", dest="kvcm_stage", default=None, metavar="STAGE",
-                    help="the 'stage' lane conditions test (default pre_merge)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,19 +39,6 @@ MARKERS = [
 _GPU_ARGS = ("count", "min_memory_gb", "min_sm")
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption(
-        "--kvcm-gpu-only", dest="kvcm_gpu_only", action="store_true", default=False,
-        help="skip tests marked cpu_only",
-    )
-    group.addoption(
-        "--kvcm-slow", dest="kvcm_slow", action="store_true", default=None,
-        help="also run tests marked slow (the model gates: minutes each on a CPU); default: skip them, as does "
-        "ini kvcm_slow = false. '-m slow' (any -m naming slow) selects them too",
-    )
-    parser.addini("kvcm_slow", type="bool", default=False, help="run tests marked slow (see --kvcm-slow)")
-
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:

@@ -2,12 +2,14 @@
 
 Like pytest-xdist, the plugin is a set of small sub-plugins, one concept each; this module only names them
 so that pytest registers their options, markers, fixtures and hooks. A module comes before the ones that
-import it, so that pytest can rewrite its asserts when loaded through ``-p``. Each sub-plugin checks its own
-options and input files when pytest starts (a ``tryfirst`` ``pytest_configure``), so a bad value stops the run
-with a ``pytest.UsageError`` naming it rather than surfacing minutes later from the first test that reads it.
+import it, so that pytest can rewrite its asserts when loaded through ``-p``. Every option is declared in
+``options.py``; each sub-plugin checks its own options and input files when pytest starts (its
+``pytest_configure``), so a bad value stops the run with a ``pytest.UsageError`` naming it rather than surfacing
+minutes later from the first test that reads it, and keeps its state in ``config.stash``.
 """
 
 pytest_plugins = [
+    "pytest_kvcm.options",  # every option and ini key, with the defaults and choices the sub-plugins read
     "pytest_kvcm.loading",  # inner pytest runs load the plugin too when it came from -p, not an entry point
     "pytest_kvcm.reuse_option",  # --kvcm-reuse, the kvcm_reuse fixture (before versions, whose factory uses it)
     "pytest_kvcm.versions",  # --kvcm-version, the kvcm_version / kvcm_manager_factory fixtures

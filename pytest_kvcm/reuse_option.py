@@ -16,34 +16,14 @@ from __future__ import annotations
 
 import pytest
 
-CHOICES = ("on", "off", "both")
-DEFAULT = "on"
+from .options import REUSE_CHOICES as CHOICES, REUSE_DEFAULT as DEFAULT, choice, parametrized_by_test
+
 IDS = {"on": "reuse", "off": "noreuse"}
 
 
-def pytest_addoption(parser):
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-reuse", choices=CHOICES, default=None,
-                    help="block reuse (prefix caching) for manager tests: on, off or both "
-                         f"(ini: kvcm_reuse; default {DEFAULT}, as TensorRT-LLM's KvCacheConfig)")
-    parser.addini("kvcm_reuse", "default for --kvcm-reuse", default=DEFAULT)
-
-
 def selected_modes(config) -> list[str]:
-    choice = config.getoption("kvcm_reuse") or config.getini("kvcm_reuse") or DEFAULT
-    if choice not in CHOICES:
-        raise pytest.UsageError(f"kvcm_reuse={choice!r} is invalid: choose one of {', '.join(CHOICES)}")
-    return ["on", "off"] if choice == "both" else [choice]
-
-
-def _parametrized_by_test(metafunc) -> bool:
-    for marker in metafunc.definition.iter_markers("parametrize"):
-        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
-        if isinstance(names, str):
-            names = names.split(",")
-        if "kvcm_reuse" in (n.strip() for n in names):
-            return True
-    return False
+    mode = choice(config, "kvcm_reuse", CHOICES, DEFAULT)
+    return ["on", "off"] if mode == "both" else [mode]
 
 
 def pytest_configure(config):
@@ -51,7 +31,7 @@ def pytest_configure(config):
 
 
 def pytest_generate_tests(metafunc):
-    if "kvcm_reuse" not in metafunc.fixturenames or _parametrized_by_test(metafunc):
+    if "kvcm_reuse" not in metafunc.fixturenames or parametrized_by_test(metafunc, "kvcm_reuse"):
         return
     modes = selected_modes(metafunc.config)
     if len(modes) > 1:

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .loading import plugin_args
-from .paths import output_problem
+from .paths import output_problem, write_atomically
 
 DEFAULT_LANE = "l0_cpu"
 JOBS_ENV = "KVCM_SENSITIVITY_JOBS"
@@ -93,14 +93,34 @@ def check_inputs(args) -> tuple[list[str], int]:
     if jobs < 1:
         raise InputError(f"{source}={jobs}: must be >= 1 (pytest runs at once)")
     if args.json:
-        problem = output_problem(args.json)
+        problem = output_problem(args.json, ours=_is_report)
         if problem:
             raise InputError(f"--json {args.json}: {problem}")
     return extra, jobs
 
 
+def _is_report(path: Path) -> bool:
+    """Whether ``path`` is a report an earlier ``--json`` wrote (the only file ``--json`` replaces)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return isinstance(data, dict) and {"mode", "clean", "defects"} <= set(data)
+
+
+ID_PROPERTY = "kvcm_id"
+
+
+def pytest_itemcollected(item) -> None:
+    """In sensitivity's own runs (``-p pytest_kvcm.sensitivity``): each test's id by its module, recorded in the
+    JUnit report. JUnit's classname comes from the node id, which names the file from the rootdir: a venv inside
+    the project gave ``.venv.lib.python3.11.site-packages.pytest_kvcm.contract...``, and ``--pyargs`` from outside
+    the rootdir gave no module at all (``::test_x[mine]``)."""
+    module = getattr(getattr(item, "module", None), "__name__", None)
+    if module:
+        rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+        item.user_properties.append((ID_PROPERTY, f"{module}::{rest}"))
+
+
 def failed_tests(junit_path: Path) -> tuple[int, list[str]]:
-    """(tests run, ids of failed or errored tests) from a JUnit XML report."""
+    """(tests run, ids of failed or errored tests) from a JUnit XML report: ``module::test[params]``."""
     if not junit_path.exists():
         return 0, []
     root = ET.parse(junit_path).getroot()
@@ -108,7 +128,9 @@ def failed_tests(junit_path: Path) -> tuple[int, list[str]]:
     for case in root.iter("testcase"):
         total += 1
         if case.find("failure") is not None or case.find("error") is not None:
-            failed.append(f"{case.get('classname', '')}::{case.get('name', '')}")
+            named = case.find(f"properties/property[@name='{ID_PROPERTY}']")
+            failed.append(named.get("value") if named is not None
+                          else f"{case.get('classname', '')}::{case.get('name', '')}")
     return total, failed
 
 
@@ -136,8 +158,8 @@ def run_lane(lane: str, defect: str | None, extra: list[str], workdir: Path, tes
     """One pytest process: the lane, or just ``tests`` (node ids) when given; ``defect`` injected if any."""
     junit = workdir / f"{label or defect or 'clean'}.xml"
     select = list(tests) if tests else [f"--kvcm-lane={lane}"]
-    cmd = [sys.executable, "-m", "pytest", *plugin_args(), *select, "--kvcm-version=both", "-q", "-ra", "-p", "no:randomly",
-           f"--junitxml={junit}", *extra]
+    cmd = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "pytest_kvcm.sensitivity", *select,
+           "--kvcm-version=both", "-q", "-ra", "-p", "no:randomly", f"--junitxml={junit}", *extra]
     if defect:
         cmd.append(f"--kvcm-inject={defect}")
     if target:
@@ -187,8 +209,14 @@ class Progress:
 
 
 def _levels(tests: list[str]) -> list[str]:
-    """The suites (managers, contract, engine, ...) the catching tests belong to."""
-    return sorted({t.split(".")[1] if t.startswith(("suites.", "pytest_kvcm.")) else t.split(".")[0] for t in tests})
+    """The suites (managers, contract, engine, ...) the catching tests belong to; a module of the user's own by
+    its name."""
+    levels = set()
+    for t in tests:
+        module = t.partition("::")[0]
+        parts = module.split(".")
+        levels.add(parts[1] if parts[0] in ("suites", "pytest_kvcm") and len(parts) > 2 else module or "?")
+    return sorted(levels)
 
 
 def _named(test: str, catchers) -> bool:
@@ -272,8 +300,7 @@ def _main(args) -> int:
                   + ")")
     if args.json:
         try:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps({"mode": mode, "clean": cleans, "defects": defects}, indent=2))
+            write_atomically(args.json, json.dumps({"mode": mode, "clean": cleans, "defects": defects}, indent=2))
         except OSError as e:  # checked at the start; the directory changed since (the table above still stands)
             print(f"kvcm sensitivity: --json {args.json}: cannot be written ({e.strerror or e})", file=sys.stderr)
             ok = False

@@ -37,14 +37,6 @@ from pytest_kvcm.machine import ENV_HOST_DEVICES
 ENV_DONE = "KVCM_SHARDED"
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption(
-        "--kvcm-gpus-per-worker", dest="kvcm_gpus_per_worker", type=int, default=None, metavar="G",
-        help="GPUs given to each xdist worker through CUDA_VISIBLE_DEVICES (default 1; 0 disables)",
-    )
-    parser.addini("kvcm_gpus_per_worker", "GPUs per xdist worker (default 1; 0 disables)", default="1")
-
 
 def worker_index(worker_id: str | None) -> int | None:
     """'gw3' -> 3; None/'master' -> None."""

@@ -6,7 +6,7 @@ when the run excludes every version a test allows, the test is deselected (with 
 not failed. ``auto`` runs each test once with the version the model declares (V1 where none is declared):
 ``kvcm_manager_factory`` asks kvcm per model, and the ``kvcm_version`` fixture is always a concrete version
 (``v1``/``v2``), the one ``auto`` picks for a model with no preference, so no test maps ``auto`` itself.
-A test that parametrizes ``kvcm_version`` itself (``@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])``:
+A test that parametrizes ``kvcm_version`` itself (``@pytest.mark.parametrize("kvcm_version", kvcm.versions.NAMES)``:
 a comparison that needs both whatever the run) keeps its own list.
 """
 
@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import pytest
 
+from kvcm import versions as registry
 from kvcm.deprecation import renamed_attribute
 
-CHOICES = ("v1", "v2", "both", "auto")
+from .options import VERSION_CHOICES as CHOICES, VERSION_DEFAULT, choice, parametrized_by_test
+
 _EXCLUDED = "excluded"
-
-
-def pytest_addoption(parser):
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-version", choices=CHOICES, default=None,
-                    help="KV cache manager version(s) to run manager tests with: v1, v2, both or auto "
-                         "(ini: kvcm_version; default auto)")
-    parser.addini("kvcm_version", "default for --kvcm-version", default="auto")
+# (summary line, [(node id, versions it allows)]) of the tests this run's versions deselected
+DESELECTED = pytest.StashKey[tuple]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -34,10 +30,7 @@ def pytest_configure(config) -> None:
 
 
 def selected_versions(config) -> list[str]:
-    choice = config.getoption("kvcm_version") or config.getini("kvcm_version") or "auto"
-    if choice not in CHOICES:
-        raise pytest.UsageError(f"kvcm_version={choice!r} is invalid: choose one of {', '.join(CHOICES)}")
-    return ["v1", "v2"] if choice == "both" else [choice]
+    return registry.selected(choice(config, "kvcm_version", CHOICES, VERSION_DEFAULT))
 
 
 def _allowed(metafunc_or_item) -> list[str] | None:
@@ -46,25 +39,14 @@ def _allowed(metafunc_or_item) -> list[str] | None:
     return None if marker is None else list(marker.args)
 
 
-def _parametrized_by_test(metafunc) -> bool:
-    """Whether the test's own ``parametrize`` marker names ``kvcm_version``."""
-    for marker in metafunc.definition.iter_markers("parametrize"):
-        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
-        if isinstance(names, str):
-            names = names.split(",")
-        if "kvcm_version" in (n.strip() for n in names):
-            return True
-    return False
-
-
 def pytest_generate_tests(metafunc):
-    if "kvcm_version" not in metafunc.fixturenames or _parametrized_by_test(metafunc):
+    if "kvcm_version" not in metafunc.fixturenames or parametrized_by_test(metafunc, "kvcm_version"):
         return
     run = selected_versions(metafunc.config)
     allowed = _allowed(metafunc)
     if allowed is None:
         versions = run
-    elif run == ["auto"]:
+    elif run == [registry.AUTO]:
         versions = allowed
     else:
         versions = [v for v in run if v in allowed]
@@ -84,10 +66,10 @@ def pytest_collection_modifyitems(config, items):
             keep.append(item)
     if drop:
         run = ", ".join(selected_versions(config))
-        config._kvcm_version_deselected = [(i.nodeid.removesuffix(f"[{_EXCLUDED}]"), _allowed(i)) for i in drop]
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-        config._kvcm_version_reason = f"{len(drop)} test(s) need a kvcm version this run ({run}) excludes"
+        config.stash[DESELECTED] = (f"{len(drop)} test(s) need a kvcm version this run ({run}) excludes",
+                                    [(i.nodeid.removesuffix(f"[{_EXCLUDED}]"), _allowed(i)) for i in drop])
 
 
 def pytest_report_header(config):
@@ -95,10 +77,10 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    reason = getattr(config, "_kvcm_version_reason", None)
-    if reason:
+    if DESELECTED in config.stash:
+        reason, deselected = config.stash[DESELECTED]
         terminalreporter.write_line(f"kvcm: deselected {reason}:")
-        for nodeid, allowed in config._kvcm_version_deselected:
+        for nodeid, allowed in deselected:
             terminalreporter.write_line(f"  {nodeid} runs only on {', '.join(allowed)}")
 
 
@@ -110,10 +92,8 @@ def _requested(request) -> str:
 def kvcm_version(request) -> str:
     """The manager version this test instance runs with: 'v1' or 'v2' (``auto`` resolved as kvcm resolves it
     for a model that declares no preference)."""
-    from kvcm.factory import DEFAULT_VERSION
-
     requested = _requested(request)
-    return DEFAULT_VERSION if requested == "auto" else requested
+    return registry.DEFAULT if requested == registry.AUTO else requested
 
 
 class ManagerFactory:
@@ -150,5 +130,5 @@ def _default_config(model):
 def kvcm_manager_factory(request, kvcm_version, kvcm_reuse) -> ManagerFactory:
     """``kvcm_manager_factory(model_spec, kv_cache_config, limits)`` (or the limits as keywords:
     ``max_batch_size=..., max_seq_len=..., ...``); reuse as the run's ``--kvcm-reuse`` says."""
-    auto = selected_versions(request.config) == ["auto"] and _allowed(request.node) is None
-    return ManagerFactory(kvcm_version, "auto" if auto else kvcm_version, kvcm_reuse)
+    auto = selected_versions(request.config) == [registry.AUTO] and _allowed(request.node) is None
+    return ManagerFactory(kvcm_version, registry.AUTO if auto else kvcm_version, kvcm_reuse)

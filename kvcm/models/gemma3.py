@@ -41,7 +41,7 @@ def find_gemma3_gguf() -> Path | None:
         path = Path(env)
         if not path.is_file():
             raise ModelNotInstalled(f"KVCM_GEMMA3_GGUF={env!r} is not a .gguf file; unset it or {GEMMA3_INSTALL_HINT}")
-        return path
+        return gguf_cache.checked_gguf(path, f"KVCM_GEMMA3_GGUF={env!r}")
     pkg = _package()
     if pkg is None:
         return None

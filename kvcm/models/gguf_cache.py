@@ -24,6 +24,23 @@ class ModelNotInstalled(RuntimeError):
     """The model's weights are not on this machine; the message says how to install them."""
 
 
+GGUF_MAGIC = b"GGUF"
+
+
+def checked_gguf(path: Path, source: str) -> Path:
+    """``path`` when it starts as a GGUF file does (``GGUF``), else ``ModelNotInstalled`` naming ``source`` (the
+    variable that named it): a corrupt or wrong file used to end in a trace from deep inside transformers."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise ModelNotInstalled(f"{source}: {path} cannot be read ({exc.strerror or exc})") from None
+    if head != GGUF_MAGIC:
+        raise ModelNotInstalled(f"{source}: {path} is not a GGUF file (it starts with {head!r}, not {GGUF_MAGIC!r}); "
+                                "give the model's .gguf file or unset it")
+    return path
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("KVCM_CACHE_DIR") or Path.home() / ".cache" / "kvcm")
 
@@ -85,8 +102,12 @@ def convert(gguf: Path, target: Path, model_name: str, install_hint: str) -> Pat
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        try:
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        except Exception as exc:  # a damaged or truncated file past its magic: transformers' and gguf's own errors
+            raise ModelNotInstalled(f"{gguf} cannot be read as {model_name}'s GGUF ({type(exc).__name__}: "
+                                    f"{str(exc)[:200]}); give an intact file or reinstall: {install_hint}") from None
         # the weights are de-quantized now: drop the GGUF marker so a plain from_pretrained loads the copy
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):

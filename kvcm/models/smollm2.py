@@ -33,7 +33,7 @@ def find_smollm2_gguf() -> Path | None:
             path = ggufs[0] if ggufs else path / SMOLLM2_GGUF_NAME
         if not path.is_file():
             raise ModelNotInstalled(f"KVCM_SMOLLM2_GGUF={env!r} is not a .gguf file; unset it or {INSTALL_HINT}")
-        return path
+        return gguf_cache.checked_gguf(path, f"KVCM_SMOLLM2_GGUF={env!r}")
 
     # find_spec does not run the package's __init__, which needs `llm` and llama-cpp-python: the GGUF is
     # all this project reads, so the package may be installed with --no-deps

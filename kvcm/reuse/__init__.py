@@ -2,8 +2,9 @@
 per-version matching and storing policies, the retention priorities and the stats (docs/semantics.md 11)."""
 
 from .retention import (DEFAULT_RETENTION_PRIORITY, MAX_RETENTION_PRIORITY, MIN_RETENTION_PRIORITY,
-                        KvCacheRetentionConfig)
+                        KvCacheRetentionConfig, TokenRangeRetentionConfig)
 from .stats import BlockCounts, KvCacheStats, RequestReuseStats
 
 __all__ = ["BlockCounts", "DEFAULT_RETENTION_PRIORITY", "KvCacheRetentionConfig", "KvCacheStats",
-           "MAX_RETENTION_PRIORITY", "MIN_RETENTION_PRIORITY", "RequestReuseStats"]
+           "MAX_RETENTION_PRIORITY", "MIN_RETENTION_PRIORITY", "RequestReuseStats",
+           "TokenRangeRetentionConfig"]

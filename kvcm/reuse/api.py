@@ -56,15 +56,26 @@ def _scope(lora_task_id, cache_salt) -> tuple:
 
 class ReuseMixin:
     _reuse_policy = None          # set by each version
+    _cache_class = ReuseCache     # V1: QueuedReuseCache, over its queued pools
+
+    _host_tier = False            # V1 models TensorRT-LLM's secondary pool (kvcm/reuse/host_tier.py)
 
     def _init_reuse(self) -> None:
         cfg = self.kv_cache_config
+        if cfg.host_cache_size and not self._host_tier:
+            raise ConfigError("host_cache_size", cfg.host_cache_size, f"needs kvcm_version v1: the host tier is "
+                              f"modelled as TensorRT-LLM V1's secondary pool; {self.kvcm_version}'s cache levels are "
+                              "not modelled (docs/semantics.md 11.6)")
         self._reuse: ReuseCache | None = None
         if cfg.enable_block_reuse:
-            self._reuse = ReuseCache(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups))
+            self._reuse = self._make_reuse_cache()
         self._reuse_totals = ReuseCounters()
         self._compress_ratios = tuple(sorted({self.model.layers[i].compress_ratio
                                               for g in self.layer_groups for i in g.layers}))
+
+    def _make_reuse_cache(self):
+        """The version's reuse cache over its pools (V1 adds its host tier here when it has one)."""
+        return self._cache_class(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups))
 
     @property
     def enable_block_reuse(self) -> bool:
@@ -95,7 +106,9 @@ class ReuseMixin:
         else:
             raise ConfigError("retention_config", retention_config, "must be a kvcm.KvCacheRetentionConfig or None")
         state = ReuseState(tokens, _scope(lora_task_id, cache_salt), len(tokens), retention.priority,
-                           retention.decode_priority, retention_config is not None)
+                           retention.decode_priority, retention_config is not None,
+                           retention.per_block(self.tokens_per_block, len(tokens)) if retention_config is not None
+                           else [], retention.decode_duration_ms)
         tpb = self.tokens_per_block
         cache = self._reuse
         reported = self._reported_group()          # the group the counters describe, chosen before the match
@@ -124,11 +137,13 @@ class ReuseMixin:
         reused = 0 if match is None else (len(match.nodes) - len(self._skipped(group, length, len(match.nodes)))
                                           + (match.partial is not None))
         copied = 0 if match is None else int(match.partial is not None and not match.in_place)
+        onboarded = 0 if match is None else state.onboarded[reported]
         c = state.counters
         c.reused_blocks, c.missed_blocks = reused, context - matched
         # TensorRT-LLM counts a block in alloc_total each time one is taken from the free pool (a miss or a partial
         # copy) and in alloc_new when it held no cached tokens (it did not evict a cached block)
-        c.alloc_total_blocks = context - matched + copied
+        c.alloc_total_blocks = context - matched + copied + onboarded   # an onboard takes a GPU block too
+        c.reused_host_blocks = onboarded
         c.alloc_new_blocks = min(c.alloc_total_blocks, fresh_before)
         c.reused_tokens, c.queried_tokens = length, len(tokens)
         self._reuse_totals.add(c)
@@ -160,13 +175,26 @@ class ReuseMixin:
             plans.append(plan)
             needs.append(fresh)
         tables = []
+        state.onboarded = [0] * len(self.pools)
         for group, pool, plan in zip(self.layer_groups, self.pools, plans):
             g = group.index
             table = [-1] * len(match.nodes)
             for i, node in plan:
-                table[i] = cache.claim(node, g) if node.pages[g] >= 0 else -2   # -2: a fresh page, below
+                if node.pages[g] >= 0:
+                    table[i] = cache.claim(node, g)
+                elif node.host[g] >= 0:          # in the host tier: held now, onboarded into a fresh page below
+                    cache.claim_host(node, g)
+                    table[i] = -3
+                    state.onboarded[g] += 1
+                else:
+                    table[i] = -2                # a fresh page, below
             tables.append(table)
+        policy.retain_claimed(match.nodes, state, tpb)
         source = match.partial
+        if source is not None and match.in_place:      # the block keeps its priority unless a range sets one
+            i = len(match.nodes)
+            p, d = state.context_retention[i] if i < len(state.context_retention) else (None, None)
+            state.kept_retention[i] = (source.priority if p is None else p, d)
         for g, table in enumerate(tables):
             if source is not None and match.in_place:
                 table.append(cache.unset_page(source, g, free=False))   # the leaf leaves the tree, now private
@@ -177,6 +205,8 @@ class ReuseMixin:
             for i, page in enumerate(table):
                 if page == -2:
                     table[i] = next(fresh)
+                elif page == -3:
+                    table[i] = cache.onboard(match.nodes[i], g, next(fresh))
             if source is not None and not match.in_place:
                 table.append(next(fresh))
                 self._copy_rows(g, source.pages[g], table[-1], match.partial_len)
@@ -230,7 +260,7 @@ class ReuseMixin:
             if cache is None:
                 pool.release(blocks)
             else:
-                cache.release(g, blocks)
+                cache.release(g, blocks, seq.reuse.block_priorities(len(blocks), self.tokens_per_block))
 
     # ---- counts and stats ------------------------------------------------------------------------------
     def _reported_group(self) -> int:
@@ -257,6 +287,8 @@ class ReuseMixin:
         ``countReusableBlocks``): with ``only_allocated``, only blocks a running request holds, since cached
         blocks nobody holds are in the free count already. Changes nothing."""
         tokens = _token_ids("token_ids", token_ids)
+        # a prompt no request can hold is a mistake, not a prompt with no cached prefix (add_sequence refuses it)
+        validation.count("token_ids", len(tokens), 0, self.max_seq_len, "max_seq_len; the value is the length")
         validation.flag("only_allocated", only_allocated)
         if self._reuse is None:
             return 0
@@ -269,15 +301,77 @@ class ReuseMixin:
         g = self._reported_group()
         pool, t = self.pools[g], self._reuse_totals
         free = seams.free_blocks(pool.num_free, pool.num_reusable)
+        host = getattr(self._reuse, "host", None)
+        tier = {}
+        if host:
+            h, cache = host[g], self._reuse
+            tier = dict(max_num_host_blocks=h.num_blocks, free_num_host_blocks=h.num_free,
+                        reusable_num_host_blocks=h.num_reusable, offloaded_blocks=cache.offloaded,
+                        onboarded_blocks=cache.onboarded, host_dropped_blocks=cache.host_dropped,
+                        reused_host_blocks=t.reused_host_blocks)
         return KvCacheStats(pool.num_blocks, free, pool.num_blocks - free, self.tokens_per_block, t.reused_blocks,
                             t.missed_blocks, t.alloc_total_blocks, t.alloc_new_blocks, t.cache_hit_rate,
-                            t.reused_tokens, t.queried_tokens)
+                            t.reused_tokens, t.queried_tokens, **tier)
+
+    def get_host_block_counts(self, group: int | None = None) -> BlockCounts:
+        """The host tier's pages of one group (None: the group ``get_num_free_blocks`` reports): ``free`` (empty),
+        ``reusable`` (an offloaded block waits there), ``in_use`` 0 (a request only ever holds GPU pages), as
+        TensorRT-LLM counts its secondary level; all zeros without a tier."""
+        g = self._reported_group() if group is None else validation.count("group", group, 0,
+                                                                           len(self.pools) - 1, "layer groups")
+        host = getattr(self._reuse, "host", None)
+        if not host:
+            return BlockCounts(0, 0, 0, 0)
+        free, reusable, total = self._reuse.host_counts(g)
+        return BlockCounts(free, reusable, 0, total)
+
+    def get_cache_block_ids(self, request_id) -> list[list[int]]:
+        """The request's block ids per group as TensorRT-LLM names them (``getCacheBlockIds``): the block table's
+        pages, except that an offload or onboard swaps the memory behind two ids, so with a host tier a request
+        can hold ids at or above the GPU pool's size."""
+        seq = self._seq(request_id)
+        cache = self._reuse
+        if not hasattr(cache, "block_id"):
+            return [list(b) for b in seq.blocks]
+        return [[cache.block_id(g, p) if p >= 0 else p for p in blocks] for g, blocks in enumerate(seq.blocks)]
 
     def get_request_stats(self, request_id) -> RequestReuseStats:
         state = self._seq(request_id).reuse
         c = ReuseCounters() if state is None else state.counters
         return RequestReuseStats(c.reused_blocks, c.missed_blocks, c.alloc_total_blocks, c.alloc_new_blocks,
                                  c.cache_hit_rate, 0 if state is None else state.prepopulated)
+
+    def refresh_blocks(self) -> None:
+        """TensorRT-LLM's ``refreshBlocks`` (once per step): unheld blocks whose retention duration ran out fall
+        back to priority 35, at the back of its queue. V1 only; V2 has no durations (its priorities come from a
+        callback), so there it changes nothing."""
+        for pool in self.pools:
+            refresh = getattr(pool, "refresh", None)
+            if refresh is not None:
+                refresh()
+
+    def set_clock(self, clock_ms) -> None:
+        """The clock retention durations run on: a callable returning milliseconds (monotonic). Tests inject
+        one, as TensorRT-LLM's tests mock ``LRUEvictionPolicy::getTime``."""
+        if not callable(clock_ms):
+            raise ConfigError("clock_ms", clock_ms, "must be a callable returning milliseconds")
+        for pool in self.pools:
+            if hasattr(pool, "clock"):
+                pool.clock = clock_ms
+
+    def get_priority_by_block_id(self, block_id, group: int = 0) -> int:
+        """The retention priority of a block (TensorRT-LLM ``getPriorityByBlockId``): a cached block's, or the one
+        a request holding it privately took it with; 35 for an id out of range or a block nobody has."""
+        g = validation.count("group", group, 0, len(self.pools) - 1, "layer groups")
+        if self._reuse is None or type(block_id) is not int:
+            return DEFAULT_RETENTION_PRIORITY
+        node = self._reuse.page_node[g].get(block_id)
+        if node is not None and node.pages[g] == block_id:
+            return node.priority
+        for seq in self._seqs.values():
+            if seq.reuse is not None and block_id in seq.blocks[g]:
+                return seq.reuse.block_retention(seq.blocks[g].index(block_id), self.tokens_per_block)[0]
+        return DEFAULT_RETENTION_PRIORITY
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached block; False, with nothing changed, while a live request holds any block."""

@@ -65,9 +65,10 @@ class ReuseCache:
         node = self.page_node[g].get(page)
         return node is not None and node.pages[g] == page
 
-    def release(self, g: int, pages) -> None:
+    def release(self, g: int, pages, priorities=None) -> None:
         """A request gives back these pages of group g: tree pages lose a reference, private ones go free.
-        Last block first, so that the deepest block of a prefix is the least recently released (evicted first)."""
+        Last block first, so that the deepest block of a prefix is the least recently released (evicted first).
+        ``priorities`` (per page, the priority it was taken with) matter only to V1's queued pools."""
         pool, owners = self.pools[g], self.page_node[g]
         for page in reversed(pages):
             if page < 0:
@@ -128,13 +129,41 @@ class ReuseCache:
             node = parent
 
     def evict(self, g: int, n: int) -> None:
-        """Put ``n`` cached pages of group g back into its free list (a pool's allocation asks)."""
-        queue = self.queues[g]
-        for _ in range(n):
+        """Put at least ``n`` cached pages of group g back into its free list (a pool's allocation asks).
+
+        Leaves go first. When none is left but unheld cached pages are (a V1 request that did not reuse a prefix
+        holds its own copy of a block below it, so the prefix's page is unheld yet never a leaf), the oldest of
+        them goes with its descendants, as TensorRT-LLM's ``getFreeBlock`` frees a block and all its
+        descendants: every page counted reusable can be had, so ``num_available`` never promises too much."""
+        pool, queue = self.pools[g], self.queues[g]
+        target = pool.num_free + n
+        while pool.num_free < target:
             victim = queue.pop_victim()
+            if victim is None and seams.evict_with_descendants():
+                victim = self._oldest_unheld(g)
+                if victim is not None:
+                    self._detach_descendants(victim, g)
             if victim is None:
                 raise RuntimeError(f"layer group {g}: no cached block can be evicted")
             self.unset_page(victim, g, free=True)
+
+    def _oldest_unheld(self, g: int) -> Node | None:
+        """The unheld cached page of group g the eviction order puts first, leaf or not (a scan: only reached
+        when no leaf can go, at the very edge of the pool)."""
+        unheld = [node for node in self.page_node[g].values() if seams.may_evict(node.refs[g])]
+        return min(unheld, key=lambda node: (node.priority, node.stamps[g], node.serial), default=None)
+
+    def _detach_descendants(self, node: Node, g: int) -> None:
+        """Take every descendant's page in group g out of the tree, deepest first: an unheld one goes free, a
+        held one stays with its request as a private page (TensorRT-LLM detachDescendantsFromLookupTree)."""
+        found, stack = [], list(node.children.values())
+        while stack:
+            child = stack.pop()
+            found.append(child)
+            stack.extend(child.children.values())
+        for child in sorted(found, key=lambda n: -n.depth):
+            if child.pages[g] >= 0:
+                self.unset_page(child, g, free=child.refs[g] == 0)
 
     def reset(self) -> None:
         """Drop every cached page (the caller checked that no request holds any)."""

@@ -38,8 +38,9 @@ def chop(tokens, upto: int, tpb: int, partial: bool) -> list[tuple]:
 
 
 def _leading(nodes: list[Node], g: int, n: int) -> int:
+    """How many leading nodes have their block in group g, on the GPU or offloaded to the host tier."""
     for i in range(n):
-        if nodes[i].pages[g] < 0:
+        if nodes[i].pages[g] < 0 and nodes[i].host[g] < 0:
             return i
     return n
 
@@ -63,6 +64,17 @@ class V1Policy:
     def skipped(group, length: int, tpb: int) -> range:
         """The block indices a match leaves alone in ``group`` (none: V1 keeps every block)."""
         return range(0)
+
+    @staticmethod
+    def retain_claimed(nodes: list[Node], state, tpb: int) -> None:
+        """A matched block takes the request's retention for its index (``claimBlock(block, priority,
+        duration)``): a range's priority where one holds its first token (else it keeps its own), and the range's
+        duration, or none."""
+        for i, node in enumerate(nodes):
+            p, d = state.context_retention[i] if i < len(state.context_retention) else (None, None)
+            if p is not None:
+                node.priority = p
+            node.duration_ms = d
 
     @staticmethod
     def partial_mode(node: Node, copy_on_partial_reuse: bool) -> str | None:
@@ -122,6 +134,10 @@ class V2Policy:
             n = new
 
     @staticmethod
+    def retain_claimed(nodes: list[Node], state, tpb: int) -> None:
+        """V2 sets priorities by callback when blocks are stored, and has no durations: a match changes none."""
+
+    @staticmethod
     def partial_mode(node: Node, copy_on_partial_reuse: bool) -> str | None:
         return "copy"
 
@@ -146,7 +162,7 @@ def find_match(cache, root: Node | None, lookup: list, tpb: int, groups, policy,
         return match
     rest = blocks[n]
     for common, node in cache.tree.partial_candidates(parent, rest):
-        if common == 0 or any(node.pages[g.index] < 0 for g in groups):
+        if common == 0 or any(node.pages[g.index] < 0 for g in groups):   # a partial block is reused from the GPU only
             continue
         mode = policy.partial_mode(node, copy_on_partial_reuse)
         if mode is not None:
@@ -173,8 +189,8 @@ def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int],
         if node is None:
             if rebase and len(tokens) < tpb and _covered_by_sibling(parent, tokens):
                 break          # V2's UselessBlockError (V1 files the partial block beside the longer one)
-            priority = state.priority if i * tpb < state.prompt_len else state.decode_priority
-            node = tree.add_child(parent, tokens, priority)
+            priority, duration = state.block_retention(i, tpb)
+            node = tree.add_child(parent, tokens, priority, duration)
             if rebase and len(tokens) == tpb:
                 _drop_covered_partials(cache, parent, tokens)
         for g in group_ids:

@@ -23,7 +23,7 @@ _TOP = float("inf")      # above every token id: ``prefix + (_TOP,)`` bounds the
 
 class Node:
     __slots__ = ("tokens", "parent", "children", "by_first", "pages", "refs", "stamps", "child_pages", "priority",
-                 "depth", "serial")
+                 "duration_ms", "host", "depth", "serial")
 
     def __init__(self, tokens: tuple, parent: "Node | None", num_groups: int, priority: int = 35):
         self.tokens = tokens
@@ -35,7 +35,9 @@ class Node:
         self.refs = [0] * num_groups            # per group: requests holding that page
         self.stamps = [0] * num_groups          # per group: when the page was last released (LRU order)
         self.child_pages = [0] * num_groups     # per group: children that have a page there (leaf test)
+        self.host = [-1] * num_groups           # per group: the host-tier page holding it once offloaded (V1)
         self.priority = priority
+        self.duration_ms = None                  # how long it keeps its priority once released (None: always)
         self.depth = -1 if parent is None else parent.depth + 1
 
     @property
@@ -43,7 +45,8 @@ class Node:
         return not self.children
 
     def has_pages(self) -> bool:
-        return any(p >= 0 for p in self.pages)
+        """A page in some group, on the GPU or in the host tier: a node without one is unreachable."""
+        return any(p >= 0 for p in self.pages) or any(h >= 0 for h in self.host)
 
     def __repr__(self):
         return f"Node(depth={self.depth}, tokens={len(self.tokens)}, pages={self.pages}, refs={self.refs})"
@@ -116,8 +119,9 @@ class RadixTree:
     def child(parent: Node, tokens: tuple) -> Node | None:
         return parent.children.get(seams.block_key(tokens))
 
-    def add_child(self, parent: Node, tokens: tuple, priority: int) -> Node:
+    def add_child(self, parent: Node, tokens: tuple, priority: int, duration_ms: int | None = None) -> Node:
         node = Node(tokens, parent, self.num_groups, priority)
+        node.duration_ms = duration_ms
         parent.children[seams.block_key(tokens)] = node
         if tokens:
             siblings = parent.by_first.get(tokens[0])

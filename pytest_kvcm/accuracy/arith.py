@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
+
+from ..paths import output_problem, write_atomically
 
 DATA_DIR = Path(__file__).with_name("data")
 TEST_FILE, TRAIN_FILE = "arith_test.jsonl", "arith_train.jsonl"
@@ -165,14 +168,25 @@ def expected_files() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m pytest_kvcm.accuracy.arith", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DATA_DIR, help="directory to write the jsonl files into")
     args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in expected_files().items():
-        (args.out / name).write_text(text)
+    files = expected_files()
+    for name in files:  # every file checked before the first is written; only a problems file is replaced
+        problem = output_problem(args.out / name, ours=_is_problems_file)
+        if problem:
+            print(f"{ap.prog}: --out {args.out}: {name} {problem}", file=sys.stderr)
+            return 2
+    for name, text in files.items():
+        write_atomically(args.out / name, text)
         print(f"wrote {args.out / name} ({text.count(chr(10))} problems)")
     return 0
+
+
+def _is_problems_file(path: Path) -> bool:
+    with open(path, encoding="utf-8") as f:
+        row = json.loads(f.readline())
+    return isinstance(row, dict) and {"question", "answer"} <= set(row)
 
 
 if __name__ == "__main__":

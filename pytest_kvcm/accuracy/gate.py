@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 from .references import Reference, ReferenceError, entry_yaml, lookup_reference, normalize_spec
 from .thresholds import Threshold, compute_threshold, min_samples_to_fail
 
-MODES = ("gate", "measure", "smoke")
+from ..options import ACCURACY_MODES as MODES  # noqa: E402  (declared with --kvcm-accuracy)
 UNDECIDED = ("skip", "record")
 CANNOT_DECIDE = "cannot decide"
 SMOKE_SAMPLES = 16

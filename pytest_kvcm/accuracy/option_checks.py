@@ -8,7 +8,6 @@ naming the option, the value and, for a file, the file and line.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import yaml
 
 from ..lanes.file_format import read_text, yaml_where
 from .gsm8k import split_file
+from .gsm8k_rows import GSM8KFileError, numbered_rows
 
 
 def check_gsm8k(config: pytest.Config) -> None:
@@ -60,27 +60,10 @@ def check_gsm8k_file(path: Path, where: str) -> None:
         if not {"question", "answer"} <= names:
             raise pytest.UsageError(f"{where}: {path} needs columns 'question' and 'answer'; has {sorted(names)}")
         return
-    text = read_text(path, f"{where}: {path}")
-    try:  # a .json file may hold one array of rows
-        whole = json.loads(text)
-        rows = [(1, r) for r in whole] if isinstance(whole, list) else None
-    except json.JSONDecodeError:
-        rows = None
-    if rows is None:
-        rows = []
-        for n, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((n, json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise pytest.UsageError(f"{where}: {path}:{n}: not a JSON object ({e.msg})") from None
-    if not rows:
-        raise pytest.UsageError(f"{where}: {path} holds no rows")
-    for n, row in rows:
-        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("question", "answer")):
-            raise pytest.UsageError(f"{where}: {path}:{n}: a row needs string 'question' and 'answer' fields; "
-                                    f"got {str(row)[:80]}")
+    try:
+        numbered_rows(path)
+    except GSM8KFileError as e:
+        raise pytest.UsageError(f"{where}: {e}") from None
 
 
 def check_references(config: pytest.Config) -> None:

@@ -26,20 +26,6 @@ MEASURE_PROP = "kvcm:accuracy-entry"
 _DATA = pytest.StashKey[dict]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-accuracy", dest="kvcm_accuracy", choices=MODES, default=None,
-                    help="accuracy gates: gate (default) checks the threshold; smoke runs 16 samples against "
-                         "the threshold for n=16; measure runs ungated and prints the reference entry")
-    group.addoption("--kvcm-gsm8k", dest="kvcm_gsm8k", default=None, metavar="PATH",
-                    help="GSM8K directory (test.jsonl/train.jsonl or parquet) or file; a hub id is tried only "
-                         "if it is not a path. Default: the embedded arithmetic set")
-    group.addoption("--kvcm-gsm8k-limit", dest="kvcm_gsm8k_limit", type=int, default=None, metavar="N",
-                    help="evaluate only the first N questions")
-    group.addoption("--kvcm-references", dest="kvcm_references", default=None, metavar="DIR",
-                    help="reference YAML directory (default <rootdir>/ci/references)")
-    parser.addini("kvcm_accuracy", "default accuracy mode (gate, measure, smoke)", default="gate")
-
 
 def accuracy_mode(config: pytest.Config) -> str:
     mode = config.getoption("kvcm_accuracy") or config.getini("kvcm_accuracy") or "gate"

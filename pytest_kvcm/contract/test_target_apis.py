@@ -45,7 +45,7 @@ def test_vllm_kv_cache_manager_api():
 
 
 def test_sglang_pool_and_cache_api():
-    """What sglang_target.py, sglang_reuse.py and sglang_startup.py call, by name and argument (SGLang 0.5.23)."""
+    """What sglang_target.py, sglang_reuse.py and sglang_startup.py call, by name and argument (the pinned SGLang release)."""
     from pytest_kvcm.targets import sglang_target
 
     try:

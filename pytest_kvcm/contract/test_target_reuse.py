@@ -18,14 +18,22 @@ PS = 16
 COMMON = [i for i in range(3) for _ in range(PS)]      # three full blocks: 0 x16, 1 x16, 2 x16
 
 
-def _pool(kvcm_target, usable=10):
+def _pool(kvcm_target, usable=10, exact=True):
+    """A reuse pool of ``usable`` pages of 16 tokens; ``exact=False`` for a test that counts with the target's own
+    page size and free count, and so runs whatever the target declares."""
     probe = kvcm_target(PoolSpec(num_pages=8, reuse=True))
     probe.require_reuse()
     target = kvcm_target(PoolSpec(num_pages=usable + probe.reserved_pages, page_size=PS, max_model_len=8192,
                                   reuse=True))
-    target.require("exact_pool_size")
-    assert target.usable_pages == usable and target.page_size == PS
+    if exact:
+        target.require("exact_pool_size")
+        assert target.usable_pages == usable and target.page_size == PS
     return target
+
+
+def _snapshot(t):
+    """What a refused allocation must leave as it was: free and cached pages, every request's tokens and pages."""
+    return t.free_pages(), t.cached_pages(), {r: (t.tokens(r), t.held_pages(r)) for r in sorted(t.requests)}
 
 
 def test_prefill_hit_shares_pages_and_cached_blocks_count_as_free(kvcm_target):
@@ -40,7 +48,7 @@ def test_prefill_hit_shares_pages_and_cached_blocks_count_as_free(kvcm_target):
     t.free("1")
     assert t.free_pages() == 10, f"{t}: cached blocks nobody holds count as free"
     assert t.cached_pages() >= 3
-    if "partial_blocks_cached" in t.differences:
+    if t.differs("partial_blocks_cached", "exactly 3 blocks cached (the partial one not), instead of at least 3"):
         assert t.cached_pages() == 3
     assert t.allocate_prompt("2", COMMON + [3] * 6) == 3 * PS, f"{t}: the prefix hits once its holders are gone"
     assert t.free_pages() == 6
@@ -61,7 +69,8 @@ def test_eviction_takes_the_deepest_block_of_a_prefix_first(kvcm_target, miss_pa
     t.free("0")
     t.free("1")
     assert t.allocate_prompt("miss", [99] * (PS * miss_pages)) == 0
-    if "whole_node_eviction" in t.differences and miss_pages > 7:
+    if miss_pages > 7 and hit and t.differs("whole_node_eviction",
+                                            f"a miss of {miss_pages} pages leaves no hit, not {hit}"):
         hit = 0  # the prefix is one radix node of three pages (SGLang): any shortfall evicts all of it
     assert t.lookup(COMMON + [5] * 3) == hit, (f"{t}: a miss of {miss_pages} pages evicts "
                                                f"{miss_pages - 7} block(s) of the prefix from its end")
@@ -69,21 +78,38 @@ def test_eviction_takes_the_deepest_block_of_a_prefix_first(kvcm_target, miss_pa
 
 def test_failed_allocation_with_a_hit_changes_nothing(kvcm_target):
     """vLLM test_prefill_not_enough_free_blocks_with_computed_blocks: req 3 hits six blocks but needs three new
-    pages with two left; refused, the hit blocks' references and the free count stay as they were."""
-    t = _pool(kvcm_target)
-    t.require("last_prompt_block")
-    assert t.allocate_prompt("0", COMMON) == 0
-    assert t.allocate_prompt("1", COMMON * 2) == 48
+    pages with two left; refused, the hit blocks' references and the free count stay as they were. Whatever the
+    target declares (``differences.py``), a prompt with a hit that is refused changes nothing: blocks are cut at
+    the target's own page size, and the pool is filled to vLLM's state from the target's own free count."""
+    t = _pool(kvcm_target, usable=24, exact=False)   # more than vLLM's 10: req 2 fills it to vLLM's state
+    ps = t.page_size
+    common = [i for i in range(3) for _ in range(ps)]
+    late = t.differs("last_prompt_block", "req 1 hits 32 tokens of req 0's prompt and req 3 would hit 80, not 48 "
+                                          "and 96 (req 0's last block is not stored yet)")
+    hit1, hit3 = (2 * ps, 5 * ps) if late else (3 * ps, 6 * ps)
+    assert t.allocate_prompt("0", common) == 0
+    assert t.allocate_prompt("1", common * 2) == hit1
     t.free("1")
-    assert t.allocate_prompt("2", [7] * PS * 2) == 0
+    longest = common * 3 + [9] * (t.max_model_len - 9 * ps)   # the hit, then more tokens than the whole pool
+    before = _snapshot(t)
+    assert t.allocate_prompt("long", longest) is None, f"{t}: a prompt of max_model_len tokens fits"
+    assert _snapshot(t) == before and "long" not in t.requests, f"{t}: the refused allocation changed the pool"
+    assert t.lookup(common * 3) == hit3, f"{t}: the refused request's hit is still cached"
+    if t.differs("free_pages", "vLLM's case at the boundary (three pages needed, two free beside the hit) is not "
+                               "run: the free count does not say how many pages a prompt may take"):
+        return
+    fill = t.free_pages() - 5   # as in vLLM's pool of 10, where req 2 takes two never-used pages: five stay free
+    assert fill >= 1, f"{t}: {t.free_pages()} free pages with req 0 running; the test needs 6 or more"
+    assert t.allocate_prompt("2", [7] * ps * fill) == 0
     assert t.free_pages() == 5
-    cached = t.cached_pages()
-    assert t.lookup(COMMON * 3) == 6 * PS
-    assert t.allocate_prompt("3", COMMON * 3) is None, f"{t}: 3 new pages needed, 2 free beside the hit"
-    assert t.free_pages() == 5 and t.cached_pages() == cached and "3" not in t.requests
-    assert t.lookup(COMMON * 3) == 6 * PS, f"{t}: the refused request's hit is still cached"
+    assert t.lookup(common * 3) == hit3
+    before = _snapshot(t)
+    assert t.allocate_prompt("3", common * 3) is None, (f"{t}: a prompt of 9 blocks hitting {hit3 // ps} fits in "
+                                                        "5 free pages, the hit's cached ones among them")
+    assert _snapshot(t) == before and "3" not in t.requests, f"{t}: the refused allocation changed the pool"
+    assert t.lookup(common * 3) == hit3, f"{t}: the refused request's hit is still cached"
     t.free("2")
-    assert t.allocate_prompt("3", COMMON * 3) == 6 * PS, f"{t}: with req 2's pages back it fits"
+    assert t.allocate_prompt("3", common * 3) == hit3, f"{t}: with req 2's pages back it fits"
     assert t.held_pages("3")["full"] == 9
 
 
@@ -133,25 +159,32 @@ def test_block_aligned_prompt_stores_its_last_block(kvcm_target):
     """A block-aligned prompt's blocks are all cached with it (vLLM caches full blocks at allocation; TensorRT-LLM
     V2 commits the prompt's tokens): a longer prompt with that prefix hits every block."""
     t = _pool(kvcm_target)
-    t.require("last_prompt_block")
     assert t.allocate_prompt("0", COMMON) == 0
     t.free("0")
-    assert t.lookup(COMMON + [3] * 5) == 48
+    late = t.differs("last_prompt_block", "a hit of 32 tokens, the blocks before the last, not 48")
+    assert t.lookup(COMMON + [3] * 5) == (32 if late else 48)
 
 
 def test_repeated_block_aligned_prompt(kvcm_target):
     """The same 48-token prompt twice, both running: the second reuses 32 tokens and recomputes the third block.
     kvcm V2 (TensorRT-LLM V2's commit) finds that block cached and swaps its page for the cached one, so the pair
-    holds three pages; V1 keeps the duplicate private until release; vLLM keeps it as a second cached copy."""
+    holds three pages; V1 has not stored it yet (``last_prompt_block``); vLLM keeps the recomputed block as a
+    second cached copy (``duplicate_blocks``); a design that keeps it as the request's private page, freed at
+    release, declares ``private_recomputed_block``."""
     t = _pool(kvcm_target)
     assert t.allocate_prompt("0", COMMON) == 0
     assert t.allocate_prompt("1", COMMON) == 32
-    duplicate = "duplicate_blocks" in t.differences or "last_prompt_block" in t.differences
-    assert t.free_pages() == 10 - 3 - int(duplicate)
+    held, cached = 3, 3
+    if t.differs("duplicate_blocks", "4 pages held while both run, 4 cached after release (not 3 and 3)"):
+        held, cached = 4, 4
+    elif (t.differs("private_recomputed_block", "4 pages held while both run (not 3), 3 cached after release")
+          or t.differs("last_prompt_block", "4 pages held while both run (not 3), 3 cached after release")):
+        held = 4
+    assert t.free_pages() == 10 - held, f"{t}: the pair holds {10 - t.free_pages()} pages"
     t.free("0")
     t.free("1")
     assert t.free_pages() == 10
-    assert t.cached_pages() == (4 if "duplicate_blocks" in t.differences else 3)
+    assert t.cached_pages() == cached
 
 
 def test_running_request_s_hit_blocks_are_never_evicted(kvcm_target):
@@ -193,7 +226,7 @@ def test_hybrid_hit_is_the_shortest_over_its_groups(kvcm_target):
     t.require_reuse()
     t.require("page_size")
     assert t.allocate_prompt("0", COMMON + [3] * 7) == 0
-    running = 0 if "window_stored_at_release" in t.differences else 48
+    running = 0 if t.differs("window_stored_at_release", "no hit while the first request runs, not 48") else 48
     assert t.lookup(COMMON + [4] * 7) == running, f"{t}: the window group has no block of the prefix yet"
     assert t.allocate_prompt("1", COMMON + [4] * 7) == running
     t.free("0")

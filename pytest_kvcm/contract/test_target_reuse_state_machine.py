@@ -25,7 +25,7 @@ from pytest_kvcm.targets.kvcm_targets import KvcmV1Target, KvcmV2Target
 PS = 16
 POOL = 12
 PREFIXES = [[1] * PS * 3, [1] * PS * 2 + [2] * PS, [3] * PS * 4, [4] * PS]   # families that share blocks
-ORACLES = {"v1": KvcmV1Target, "v2": KvcmV2Target}
+ORACLES = {"v1": KvcmV1Target, "v2": KvcmV2Target}   # the keys are contract.REUSE_ORACLES, checked at start-up
 
 
 def _prompt(data) -> list[int]:
@@ -56,7 +56,7 @@ def side_by_side_reuse(make_target):
             self.count += 1
             ids, rid = _prompt(data), f"r{self.count}"
             assume(self.oracle.lookup(ids + [0]) == self.oracle.lookup(ids))   # not every block cached already
-            if "whole_node_eviction" in self.target.differences:
+            if self.target.differs("whole_node_eviction", "only steps that evict nothing or are refused"):
                 # no step that evicts: a radix tree (SGLang) evicts whole nodes where kvcm evicts block by block
                 fresh = -(-len(ids) // PS) - self.oracle.lookup(ids) // PS
                 free, cached = self.oracle.free_pages(), self.oracle.cached_pages()

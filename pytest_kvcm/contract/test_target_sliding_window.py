@@ -10,7 +10,8 @@ from pytest_kvcm.targets import PoolSpec
 def test_window_pages_follow_the_window(kvcm_target, window):
     target = kvcm_target(PoolSpec(num_pages=64, sliding_window=window))
     if not target.releases_window_pages:
-        pytest.skip(f"{target.name}: {target.differences['sliding_window']}")
+        target.differs("sliding_window", "skipped: the window's pages are not released (releases_window_pages)")
+        pytest.skip(f"{target.name}: {target.differences.get('sliding_window', 'releases_window_pages is False')}")
     ps, ring = target.page_size, getattr(target, "window_is_ring", False)
     window = getattr(target, "window_tokens", None) or window  # DeepSeek-V4 widens it by the draft length
     assert target.allocate("r", ps)

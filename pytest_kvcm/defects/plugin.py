@@ -1,10 +1,15 @@
-"""``--kvcm-inject`` and ``--kvcm-list-defects``: the pytest side of the defect catalogue."""
+"""``--kvcm-inject`` and ``--kvcm-list-defects``: the pytest side of the defect catalogue (options: options.py).
+
+The run's catalogue and the injected defect live in ``config.stash`` under this module's keys."""
 
 from __future__ import annotations
 
 import pytest
 
 from . import build_registry
+
+DEFECTS = pytest.StashKey["DefectRegistry"]()   # name -> Defect, the run's catalogue (built-in and users' hooks)
+INJECTED = pytest.StashKey[tuple]()              # (Defect, MonkeyPatch) of --kvcm-inject
 
 
 def pytest_addhooks(pluginmanager):
@@ -13,25 +18,16 @@ def pytest_addhooks(pluginmanager):
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def pytest_addoption(parser):
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-inject", metavar="NAME", default=None,
-                    help="put one registered historic defect back into kvcm for this run (see --kvcm-list-defects)")
-    group.addoption("--kvcm-list-defects", action="store_const", const="text", default=None,
-                    help="list the registered defects with their upstream references and exit")
-    group.addoption("--kvcm-list-defects-json", dest="kvcm_list_defects", action="store_const", const="json",
-                    help="the same as one JSON list (name, story, upstream, catchers), for tools")
-
 
 def pytest_configure(config):
     registry = build_registry(config.pluginmanager)
-    config._kvcm_defects = registry
+    config.stash[DEFECTS] = registry
     name = config.getoption("kvcm_inject")
     if name:
         d = registry[name]
         mp = pytest.MonkeyPatch()
         d.patch(mp)
-        config._kvcm_injected = (d, mp)
+        config.stash[INJECTED] = (d, mp)
         config.add_cleanup(mp.undo)
 
 
@@ -40,26 +36,33 @@ def describe(d) -> str:
     return f"{d.name}: {d.story}" + (f" (upstream: {d.upstream})" if d.upstream else "")
 
 
-def pytest_cmdline_main(config):
-    listing = config.getoption("kvcm_list_defects")
-    if listing:
-        config._do_configure()
-        if listing == "json":
-            import json
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    """``--kvcm-list-defects``: the run is configured (every option checked, users' hooks registered), so the
+    listing replaces collection and nothing runs; the terminal writer, not ``print``, since collection's output
+    is captured."""
+    listing = session.config.getoption("kvcm_list_defects")
+    if not listing:
+        return None
+    registry, write = session.config.stash[DEFECTS], session.config.get_terminal_writer().line
+    if listing == "json":
+        import json
 
-            print(json.dumps([{"name": d.name, "story": d.story, "upstream": d.upstream, "catchers": list(d.catchers),
-                               "targets": list(d.targets)}
-                              for d in config._kvcm_defects]))
-        else:
-            for d in config._kvcm_defects:
-                print(describe(d))
-        config._ensure_unconfigure()
-        return 0
-    return None
+        write(json.dumps([{"name": d.name, "story": d.story, "upstream": d.upstream, "catchers": list(d.catchers),
+                           "targets": list(d.targets)} for d in registry]))
+    else:
+        for d in registry:
+            write(describe(d))
+    return True
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if session.config.getoption("kvcm_list_defects") and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK     # a listing is a success, not an empty run
 
 
 def pytest_report_header(config):
-    injected = getattr(config, "_kvcm_injected", None)
+    injected = config.stash.get(INJECTED, None)
     if injected:
         return f"kvcm: INJECTED DEFECT {describe(injected[0])}"
     return None
@@ -68,5 +71,5 @@ def pytest_report_header(config):
 @pytest.fixture
 def kvcm_injected_defect(request) -> str | None:
     """Name of the defect injected in this run, or None."""
-    injected = getattr(request.config, "_kvcm_injected", None)
+    injected = request.config.stash.get(INJECTED, None)
     return injected[0].name if injected else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvcm import seams
+from kvcm.versions import get
 
 from ._registry import defect
 
@@ -36,7 +37,8 @@ def dummy_leak_on_failure(mp):
 def v2_max_tokens_capped_by_estimation(mp):
     """V2's final config takes as max_tokens the estimation run's dummy workload: its largest warmup batch."""
     def capped(kv_cache_config, estimation, report):
-        if estimation is None or estimation["kvcm_version"] != "v2" or report is None or not report.long_token_nums:
+        if (estimation is None or not get(estimation["kvcm_version"]).trtllm_estimation_path or report is None
+                or not report.long_token_nums):
             return kv_cache_config
         tokens = max(t + (s.batch_size - 1) * (1 + s.draft_len) for s, t in report.long_token_nums.items())
         return kv_cache_config.replace(max_tokens=min(tokens, kv_cache_config.max_tokens or tokens))

@@ -116,21 +116,6 @@ def _resolve_lane(config: pytest.Config) -> LaneState | None:
     return LaneState(lane, why, matched, keys, waives, waives_path)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-lane", dest="kvcm_lane", default=None, metavar="NAME",
-                    help="run the tests of lane NAME (ci/NAME.yml, or a .yml path; 'auto' picks one for this machine)")
-    group.addoption("--kvcm-lane-dir", dest="kvcm_lane_dir", default=None, metavar="DIR",
-                    help="where lane files live, relative to rootdir (default ci)")
-    group.addoption("--kvcm-waives", dest="kvcm_waives", default=None, metavar="PATH",
-                    help="waives file: lines 'node_id SKIP (reason)' (default ci/waives.txt under rootdir, if present)")
-    group.addoption("--kvcm-lane-all-blocks", dest="kvcm_lane_all_blocks", action="store_true", default=False,
-                    help="select every block of the lane whatever its condition (with --collect-only: check every "
-                    "id of a GPU lane on a CPU machine)")
-    parser.addini("kvcm_lane", "default for --kvcm-lane", default="")
-    parser.addini("kvcm_lane_dir", "default for --kvcm-lane-dir", default="ci")
-    parser.addini("kvcm_waives", "default for --kvcm-waives", default="ci/waives.txt")
-
 
 def pytest_configure(config: pytest.Config) -> None:
     if is_child(config):

@@ -3,7 +3,8 @@
 TensorRT-LLM's CI cuts a long lane into numbered stages that run on separate machines; this is that cut. The
 durations come from ``ci/durations/<lane>.json`` (``{"node id": seconds}``; ``--kvcm-durations`` names another
 file) and are written by a run with ``--kvcm-record-durations`` (setup + call + teardown of every test that ran,
-merged into the file). A test with no recording weighs the median of the recorded ones (1 s when none are).
+merged into the file, or into ``--kvcm-durations-out PATH``: the stages of one lane run on separate machines
+then each write their own file and read the same cut, ``ci/gpu_lane.sh``). A test with no recording weighs the median of the recorded ones (1 s when none are).
 
 The cut is longest-processing-time first: tests sorted by (duration descending, node id), each given to the
 stage with the least total so far (ties: the lowest stage). It depends only on the lane's selected ids and the
@@ -24,20 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from ..paths import output_problem, write_atomically
+
 _SPLIT = pytest.StashKey[tuple]()  # (K, N)
 _RECORD = pytest.StashKey[dict]()  # node id -> seconds, while recording
 _PATH = pytest.StashKey[Path]()
+_OUT = pytest.StashKey[Path]()  # where recorded durations go when not the durations file
 
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-stage-split", dest="kvcm_stage_split", default=None, metavar="K/N",
-                    help="run stage K of N of the lane (1 <= K <= N), stages balanced by recorded durations")
-    group.addoption("--kvcm-durations", dest="kvcm_durations", default=None, metavar="PATH",
-                    help="durations file for --kvcm-stage-split / --kvcm-record-durations "
-                    "(default ci/durations/<lane>.json under rootdir)")
-    group.addoption("--kvcm-record-durations", dest="kvcm_record_durations", action="store_true", default=False,
-                    help="merge this run's test durations into the durations file at the end")
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -111,13 +105,39 @@ def configure(config: pytest.Config, lane_name: str | None) -> None:
     if record and lane_name is None and not config.getoption("kvcm_durations"):
         raise pytest.UsageError("--kvcm-record-durations: give --kvcm-lane (the file is ci/durations/<lane>.json) "
                                 "or --kvcm-durations PATH")
+    out = config.getoption("kvcm_durations_out")
+    if out is not None and not record:
+        raise pytest.UsageError(f"--kvcm-durations-out={out}: names where --kvcm-record-durations writes; give it too")
+    if out is not None:
+        out_path = Path(out) if Path(out).is_absolute() else config.invocation_params.dir / out
+        if not out or out_path.is_dir():
+            raise pytest.UsageError(f"--kvcm-durations-out={out!r}: expected a file path, not a directory")
+        config.stash[_OUT] = out_path
     if not (split or record):
         return
-    config.stash[_PATH] = durations_path(config, lane_name or "")
+    config.stash[_PATH] = path = durations_path(config, lane_name or "")
+    _check_durations_file(path, split=split, record=record, named=bool(config.getoption("kvcm_durations")))
     if split:
         config.stash[_SPLIT] = parse_split(split)
     if record and not hasattr(config, "workerinput"):  # the xdist controller sees every report
         config.stash[_RECORD] = {}
+
+
+def _check_durations_file(path: Path, *, split, record, named: bool) -> None:
+    """At start-up, not at the end of a run: a directory, a FIFO or a file that is not a durations object is
+    refused; a missing file is refused when ``--kvcm-durations`` named it for a split (its stages would be
+    silently unbalanced) and, when recording, when its directory does not exist. Recording replaces only a
+    durations file."""
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise pytest.UsageError(f"durations file {path}: is not a regular file (a directory?); give a JSON file")
+        load_durations(path)  # a usage error naming the file when it is not node id -> seconds
+    elif split and named and not record:
+        raise pytest.UsageError(f"durations file {path}: no such file (record one with --kvcm-record-durations)")
+    elif record and named:  # the default ci/durations/ is made on first use
+        problem = output_problem(path)
+        if problem:
+            raise pytest.UsageError(f"durations file {path}: {problem}")
 
 
 def select_stage(config: pytest.Config, items: list[pytest.Item]) -> str | None:
@@ -157,7 +177,7 @@ class _Recorder:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.seconds:
             return
-        path = self.config.stash[_PATH]
+        path = self.config.stash.get(_OUT, None) or self.config.stash[_PATH]
         merged = {**load_durations(path), **{k: round(v, 3) for k, v in self.seconds.items()}}
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n", encoding="utf-8")
+        write_atomically(path, json.dumps(dict(sorted(merged.items())), indent=1) + "\n")  # never half a file

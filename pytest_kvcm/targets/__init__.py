@@ -10,10 +10,9 @@ vLLM's lookahead, TensorRT-LLM's max_num_draft_tokens), grown by ``n`` more toke
 computed, and freed; the pool reports its free pages, its page size and the pages it holds back from every
 request (vLLM's null block). An allocation either succeeds or returns False with nothing changed.
 
-Built-in targets: ``kvcm-v1``, ``kvcm-v2``, ``kvcm-v4`` (DeepSeek-V4, pages of 128), ``vllm`` (vLLM v1's
-``KVCacheManager``), ``hf`` (transformers' ``PagedAttentionCache``) and ``trtllm`` (any manager with
-TensorRT-LLM's Python surface; by default kvcm V2 behind that surface). A target whose package is missing
-skips with the install hint. Add your own from a ``conftest.py``::
+The built-in targets (kvcm's managers, vLLM, SGLang, transformers, TensorRT-LLM's surface) are declared in
+``declared.py``: name, adapter, pinned release, venv script. A target whose package is missing skips with the
+install hint. Add your own from a ``conftest.py``::
 
     def pytest_kvcm_register_targets(registry):
         registry["mine"] = MyAdapter          # a callable PoolSpec -> KVCacheTarget

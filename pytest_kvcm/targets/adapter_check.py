@@ -17,8 +17,12 @@ What is checked, on a small pool (``PROBE``) built through the registered factor
 * the optional capacity query comes as a pair: ``available_tokens`` returns an int, and an adapter with one of
   ``available_tokens``/``allocate_generation`` has both (the tests that use them call both);
 * an attribute that raises when read (a property) is reported as the adapter's, never an ``INTERNALERROR``;
-  ``differences`` is a dict of check name -> reason (``require`` looks names up in it);
-* an adapter's own ``allocate_batch`` returns a bool for a batch of one probe request.
+  ``differences`` is a dict of check name -> reason whose keys are those of ``differences.KEYS`` / ``NOTES``;
+* an adapter's own ``allocate_batch`` returns a bool for a batch of one probe request;
+* the reuse side (issue 40.5: ``supports_reuse = 'no'`` read as true, then 16 ``NotImplementedError`` failures):
+  ``supports_reuse`` is a bool and ``reuse_oracle`` one of ``REUSE_ORACLES``; with reuse, the four reuse methods
+  are the adapter's own and, on a probe built with ``PoolSpec(reuse=True)``, ``_allocate_prompt`` returns an int
+  below the prompt's length (or None), ``lookup`` and ``cached_pages`` ints and ``reset_cache`` a bool.
 
 Only user-registered targets are probed: the built-in adapters are the contract suites' own subjects, and
 building some of them (transformers, vLLM) costs seconds at every start. A factory that raises
@@ -28,16 +32,22 @@ raising, names that are not strings) are the registry's business, not this modul
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
+import reprlib
 
 import pytest
 
-from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
+from .contract import REUSE_ORACLES, KVCacheTarget, PoolSpec, TargetUnavailable
+from .differences import KEYS, NOTES, unknown_keys
 
 PROBE = PoolSpec(num_pages=16, page_size=16, max_model_len=256)
 REQUIRED = ("free_pages", "held_pages", "_allocate", "_grow", "_free")
 PAIRED = ("available_tokens", "allocate_generation")
 PROBE_RID = "kvcm-adapter-check"
+REUSE_METHODS = ("_allocate_prompt", "lookup", "cached_pages", "reset_cache")
+_SHORT = reprlib.Repr()   # a probe prompt shows as [0, 1, 2, 3, ...] (keywords need Python 3.12)
+_SHORT.maxlist, _SHORT.maxstring = 4, 60
 
 
 class AdapterError(Exception):
@@ -60,7 +70,8 @@ def _call(target, method: str, *args):
     try:
         return getattr(target, method)(*args)
     except Exception as exc:  # noqa: BLE001 - whatever the adapter raises is its own to fix
-        raise AdapterError(method, f"{method}({', '.join(map(repr, args))}) raised {type(exc).__name__}: {exc}")
+        shown = ", ".join(_SHORT.repr(a) for a in args)
+        raise AdapterError(method, f"{method}({shown}) raised {type(exc).__name__}: {exc}")
 
 
 def _attr(target, name: str):
@@ -98,6 +109,11 @@ def check_target(target) -> None:
                                                     for k, v in differences.items()):
         raise AdapterError("differences", f"differences must be a dict of check name -> reason (str -> str); it is "
                                           f"{differences!r:.80} ({type(differences).__name__})")
+    unknown = unknown_keys(differences)
+    if unknown:
+        raise AdapterError("differences", f"unknown key {unknown[0]!r}: no contract test reads it, so it would relax "
+                                          f"nothing; keys: {', '.join(KEYS)} (notes that relax nothing: "
+                                          f"{', '.join(NOTES)}; docs/contract.md)")
     has = [m for m in PAIRED if callable(_attr(target, m))]
     if len(has) == 1:
         other = next(m for m in PAIRED if m not in has)
@@ -137,6 +153,53 @@ def check_target(target) -> None:
             raise AdapterError("_free", f"_free({PROBE_RID!r}) raised {type(exc).__name__}: {exc}") from None
 
 
+def check_reuse(target, build) -> None:
+    """Raise ``AdapterError`` for the first defect of the reuse side; ``build(spec)`` makes a fresh adapter."""
+    flag = _attr(target, "supports_reuse")
+    if not isinstance(flag, bool):
+        raise AdapterError("supports_reuse", f"supports_reuse must be True or False; it is {flag!r} "
+                                             f"({type(flag).__name__})")
+    oracle = _attr(target, "reuse_oracle")
+    if oracle not in REUSE_ORACLES:
+        raise AdapterError("reuse_oracle", f"reuse_oracle must be one of {', '.join(map(repr, REUSE_ORACLES))} (the "
+                                           f"kvcm version the reuse state machine compares with); it is {oracle!r}")
+    if not flag:
+        return
+    cls = type(target)
+    missing = [m for m in REUSE_METHODS if getattr(cls, m, None) is getattr(KVCacheTarget, m)]
+    if missing:
+        raise AdapterError(missing[0], f"{', '.join(missing)} not implemented (supports_reuse = True needs "
+                                       f"{', '.join(REUSE_METHODS)})")
+    spec = dataclasses.replace(PROBE, reuse=True)
+    try:
+        probe = build(spec)
+    except TargetUnavailable:
+        return
+    except Exception as exc:  # noqa: BLE001 - whatever the factory raises is the adapter's to fix
+        raise AdapterError("factory", f"building it for {spec} raised {type(exc).__name__}: {exc}") from None
+    ids = list(range(min(2 * probe.page_size + 1, probe.max_model_len)))   # two whole blocks and a token
+    got = _call(probe, "_allocate_prompt", PROBE_RID, ids)
+    _expect("_allocate_prompt", got, f"an int from 0 to {len(ids) - 1} (the prompt tokens reused) or None (refused, "
+            "nothing changed)", got is None or (_is_int(got) and 0 <= got < len(ids)))
+    if got is None:
+        raise AdapterError("_allocate_prompt", f"refused a prompt of {len(ids)} tokens on a fresh pool of "
+                                               f"{probe.total_pages} pages")
+    probe._tokens[PROBE_RID] = len(ids)
+    try:
+        hit = _call(probe, "lookup", ids)
+        _expect("lookup", hit, "an int (the prompt tokens a new request would reuse)", _is_int(hit))
+        cached = _call(probe, "cached_pages")
+        _expect("cached_pages", cached, "an int (cached pages no request holds)", _is_int(cached))
+    finally:
+        try:
+            probe.free(PROBE_RID)
+        except Exception as exc:  # noqa: BLE001 - the adapter's to fix
+            raise AdapterError("_free", f"_free({PROBE_RID!r}) raised {type(exc).__name__}: {exc}") from None
+    reset = _call(probe, "reset_cache")
+    _expect("reset_cache", reset, "a bool (True: dropped, False: refused while a request holds pages)",
+            _is_bool(reset))
+
+
 def check_registered(registry: dict, names: list[str], builtin: dict) -> None:
     """``pytest.UsageError`` for the first selected, user-registered target whose adapter is broken."""
     for name in names:
@@ -153,6 +216,7 @@ def check_registered(registry: dict, names: list[str], builtin: dict) -> None:
                                     f"{type(exc).__name__}: {exc}") from None
         try:
             check_target(target)
+            check_reuse(target, factory)
         except AdapterError as err:
             adapter = type(target).__name__ if isinstance(target, KVCacheTarget) else where
             raise pytest.UsageError(f"--kvcm-target={name}: adapter {adapter}, {err.method}: {err.message}") from None

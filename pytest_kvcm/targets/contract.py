@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from kvcm import startup
 
 
+REUSE_ORACLES = ("v1", "v2")  # kvcm versions the reuse state machine can compare a target with
+
+
 class TargetUnavailable(Exception):
     """The engine is not installed (or cannot run here); the message is the install hint."""
 
@@ -64,9 +67,15 @@ class KVCacheTarget:
       drive" when absent); ``startup_findings = {case: why}`` runs a known difference from kvcm's rule as a
       strict xfail; ``split_window_pool`` when the window has a pool of its own, sized by
       ``PoolSpec.window_pages``;
-    * ``differences = {check: why}``: a documented difference of design; ``require(check)`` skips the tests
-      that assume kvcm's behaviour there, with the reason (keys used: ``exact_pool_size``, ``sliding_window``,
-      ``max_model_len``, ``failed_allocation``, ``lookahead``, ...).
+    * ``differences = {key: why}``: a documented difference of design. Each key relaxes only the assertions it
+      names (``differs(key, how)`` in the tests; ``require(key)`` skips a test only where every assertion of it is
+      about that key), the refused-allocation checks run whatever is declared, and the run ends with a list of
+      every test a declaration relaxed and how. Keys (``differences.KEYS`` has what each relaxes; an unknown
+      key is refused at start-up): ``exact_pool_size``, ``free_pages``, ``page_size``, ``sliding_window``,
+      ``last_prompt_block``, ``duplicate_blocks``, ``private_recomputed_block``, ``partial_blocks_cached``,
+      ``whole_node_eviction``, ``window_stored_at_release``, ``window_reuse``, ``startup_window``,
+      ``startup_window_chunk``, ``reuse``; and notes for the reader that relax nothing: ``units``, ``window``,
+      ``lookahead``, ``max_model_len``, ``failed_allocation``, ``shared_pool``. docs/contract.md has the table.
     """
 
     name = "target"
@@ -173,11 +182,23 @@ class KVCacheTarget:
     def usable_pages(self) -> int:
         return self.total_pages - self.reserved_pages
 
+    def differs(self, what: str, how: str) -> bool:
+        """True when this engine declares a difference on ``what``: the calling test then relaxes what ``how``
+        says (and only that), and the run's summary lists it."""
+        if what not in self.differences:
+            return False
+        from .differences import record
+
+        record(getattr(self, "_kvcm_node", None), self.name, what, self.differences[what], how)
+        return True
+
     def require(self, what: str) -> None:
-        """Skip the calling test when this engine documents a difference on ``what``."""
+        """Skip the calling test when this engine documents a difference on ``what``: only for a test whose every
+        assertion is about ``what`` (``differs`` relaxes single assertions)."""
         if what in self.differences:
             import pytest
 
+            self.differs(what, "skipped: every assertion of this test assumes kvcm's behaviour here")
             pytest.skip(f"{self.name} differs on {what}: {self.differences[what]}")
 
     def free_pages(self) -> int:

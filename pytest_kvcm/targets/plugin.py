@@ -2,28 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+
+from pytest_kvcm.reuse_option import selected_modes
 
 from .adapter_check import check_registered
 from .contract import TargetUnavailable
+from .differences import summary
 from .registry import BUILTIN_TARGETS, build_target_registry
 
-DEFAULT = "kvcm-v1,kvcm-v2,kvcm-v4,trtllm,hf"
+from ..options import TARGETS_DEFAULT as DEFAULT
 
-
-def pytest_addoption(parser):
-    group = parser.getgroup("kvcm")
-    group.addoption("--kvcm-target", default=None, metavar="NAMES",
-                    help="comma-separated managers under test for the contract suites: kvcm-v1, kvcm-v2, kvcm-v4, "
-                         f"vllm, sglang, hf, trtllm, your own, or 'all' (ini: kvcm_target; default {DEFAULT})")
-    parser.addini("kvcm_target", "default for --kvcm-target", default=DEFAULT)
+TARGETS = pytest.StashKey[dict]()   # name -> target factory: the run's registry (built-in and users' hooks)
 
 
 def selected_targets(config) -> list[str]:
     """The names ``--kvcm-target`` (else ini ``kvcm_target``) gives, in order, each once; ``all`` anywhere in the
     list is every registered target. Given but empty (``--kvcm-target=``, ``kvcm_target =``) is a usage error, not
     the default."""
-    registry = config._kvcm_targets
+    registry = config.stash[TARGETS]
     raw, source = config.getoption("kvcm_target"), "--kvcm-target"
     if raw is None:
         raw, source = config.getini("kvcm_target"), "ini kvcm_target"
@@ -42,9 +41,9 @@ def selected_targets(config) -> list[str]:
 
 
 def pytest_configure(config):
-    config._kvcm_targets = build_target_registry(config.pluginmanager)
+    config.stash[TARGETS] = build_target_registry(config.pluginmanager)
     # a bad name, or a user's adapter that lacks a method or returns the wrong type, is a usage error before collection
-    check_registered(config._kvcm_targets, selected_targets(config), BUILTIN_TARGETS)
+    check_registered(config.stash[TARGETS], selected_targets(config), BUILTIN_TARGETS)
 
 
 def pytest_generate_tests(metafunc):
@@ -57,22 +56,54 @@ def pytest_report_header(config):
     return f"kvcm targets: {', '.join(selected_targets(config))}"
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Every test a declared difference relaxed, and how: a green run says what it did not check."""
+    reports = [r for group in terminalreporter.stats.values() for r in group if hasattr(r, "nodeid")]
+    groups = summary(reports)
+    if groups:
+        tests = len({i for ids in groups.values() for i in ids})
+        terminalreporter.section(f"kvcm declared differences relaxed {tests} test(s)")
+        for entry, ids in groups.items():
+            terminalreporter.write_line(f"{entry} ({len(ids)} test(s))")
+            for nodeid in ids:
+                terminalreporter.write_line(f"    {nodeid}")
+
+
 @pytest.fixture
 def kvcm_target_name(request) -> str:
     return request.param
 
 
 @pytest.fixture
-def kvcm_target(request, kvcm_target_name):
+def kvcm_target(request, kvcm_target_name, kvcm_reuse):
     """``kvcm_target(PoolSpec(...))`` builds a fresh manager of this test's target; skips with the install hint
-    when the engine is missing."""
-    factory = request.config._kvcm_targets[kvcm_target_name]
+    when the engine is missing.
 
-    def make(spec):
+    ``--kvcm-reuse`` applies here as everywhere: with reuse on (the default) a target that has block reuse is
+    built with it on for every test, so the allocation contract is checked on a pool that caches, as engines
+    run by default; with it off the block-reuse tests skip and every pool is built without reuse; ``both`` runs
+    each test twice (ids ``[<target>-reuse]`` / ``[<target>-noreuse]``), the reuse instance only where the target
+    has reuse."""
+    factory = request.config.stash[TARGETS][kvcm_target_name]
+
+    def build(spec):
         try:
-            return factory(spec)
+            target = factory(spec)
         except TargetUnavailable as exc:
             pytest.skip(f"target {kvcm_target_name}: {exc}")
+        target._kvcm_node = request.node  # where differs() records what a declared difference relaxed
+        return target
+
+    def make(spec):
+        if spec.reuse and not kvcm_reuse:
+            pytest.skip("block reuse is off in this run (--kvcm-reuse=off, or the noreuse instance of both)")
+        target = build(spec)
+        if kvcm_reuse and not spec.reuse:
+            if getattr(target, "supports_reuse", False) is True:
+                return build(dataclasses.replace(spec, reuse=True))
+            if len(selected_modes(request.config)) > 1:
+                pytest.skip(f"target {kvcm_target_name} has no block reuse: its noreuse instance runs this test")
+        return target
 
     make.name = kvcm_target_name
     return make

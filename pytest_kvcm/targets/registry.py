@@ -12,49 +12,21 @@ from __future__ import annotations
 
 import pytest
 
+from .declared import TARGETS
 
-def _kvcm(cls_name):
+
+def _lazy(adapter: str):
+    """A factory that imports the adapter (and its engine) only when a test first builds the target."""
     def make(spec):
-        from . import kvcm_targets
+        import importlib
 
-        return getattr(kvcm_targets, cls_name)(spec)
+        module, cls = adapter.split(":")
+        return getattr(importlib.import_module(module), cls)(spec)
 
     return make
 
 
-def _vllm(spec):
-    from .vllm_target import VllmTarget
-
-    return VllmTarget(spec)
-
-
-def _sglang(spec):
-    from .sglang_target import SglangTarget
-
-    return SglangTarget(spec)
-
-
-def _hf(spec):
-    from .hf_target import HfPagedTarget
-
-    return HfPagedTarget(spec)
-
-
-def _trtllm(spec):
-    from .trtllm_shaped import TrtllmShapedTarget
-
-    return TrtllmShapedTarget(spec)
-
-
-BUILTIN_TARGETS = {
-    "kvcm-v1": _kvcm("KvcmV1Target"),
-    "kvcm-v2": _kvcm("KvcmV2Target"),
-    "kvcm-v4": _kvcm("KvcmV4Target"),
-    "vllm": _vllm,
-    "sglang": _sglang,
-    "hf": _hf,
-    "trtllm": _trtllm,
-}
+BUILTIN_TARGETS = {t.name: _lazy(t.adapter) for t in TARGETS}   # declared in declared.py
 
 
 def _where(impl) -> str:

@@ -1,5 +1,5 @@
 """SGLang's prefix cache behind the reuse contract: a real ``RadixCache`` over the paged allocator, driven with the
-calls its scheduler makes (SGLang 0.5.23, ``sglang/srt/mem_cache/radix_cache.py``).
+calls its scheduler makes (the pinned SGLang, ``sglang/srt/mem_cache/radix_cache.py``).
 
 A prompt of ``n`` tokens, as ``Req.init_next_round_input`` and ``PrefillAdder`` take it: ``match_prefix`` on its
 first ``n - 1`` ids (``max_prefix_len = input_len - 1``: the last token is computed for its logits; the tree

@@ -1,4 +1,4 @@
-"""SGLang's start-up decision behind the contract (SGLang 0.5.23).
+"""SGLang's start-up decision behind the contract (the SGLang release declared.py pins).
 
 SGLang sizes its pools from memory, then decides what it can serve:
 

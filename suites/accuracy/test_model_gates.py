@@ -29,6 +29,7 @@ import pytest
 from pytest_kvcm.accuracy import (AccuracyGate, ReferenceError, evaluate_gsm8k, hf_generate_fn, kvcm_generate_fn,
                                   load_gsm8k, lookup_reference)
 from pytest_kvcm.accuracy.plugin import MEASURE_PROP
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.slow]
 
@@ -78,7 +79,7 @@ def both_versions(model, tok, data, limit, progress):
     """V1 then V2 on the first ``limit`` questions; ``progress`` (the kvcm_progress fixture) shows the minutes pass."""
     bar = progress(total=2 * limit, desc=f"{data.source or 'gsm8k'} V1 and V2", unit="q")
     results = {}
-    for v in ("v1", "v2"):
+    for v in ALL_VERSIONS:
         bar.set_postfix_str(v)
         results[v] = evaluate_gsm8k(kvcm_fn(model, tok, v), data, limit=limit, batch_size=16,
                                     max_new_tokens=SMOKE_NEW_TOKENS, progress=bar)
@@ -93,7 +94,7 @@ def assert_identical(results):
     assert (v1.strict, v1.flexible) == (v2.strict, v2.flexible)
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_gsm8k_gate(gsm8k, kvcm_version, pytestconfig, request):
     """The session's mode (gate / smoke / measure) on ``--kvcm-gsm8k`` data, default the embedded set.
 

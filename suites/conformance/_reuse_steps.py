@@ -9,9 +9,13 @@ from kvcm.config import KvCacheConfig
 from kvcm.model_spec import LayerSpec, ModelSpec
 
 
-def manager(version: str, tpb: int = 4, blocks: int = 8, window: int | None = None, **cfg):
-    """One attention layer (sliding when ``window``), ``blocks`` blocks of ``tpb`` tokens, meta device."""
+def manager(version: str, tpb: int = 4, blocks: int = 8, window: int | None = None, host_blocks: int = 0,
+            **cfg):
+    """One attention layer (sliding when ``window``), ``blocks`` blocks of ``tpb`` tokens, meta device;
+    ``host_blocks`` secondary blocks (``host_cache_size`` of that many blocks' bytes: 2 * 64 * 2 bytes a token)."""
     spec = ModelSpec((LayerSpec(1, 64, "bfloat16", window, model_layer=0),), name="one-layer")
+    if host_blocks:
+        cfg["host_cache_size"] = host_blocks * tpb * 2 * 64 * 2
     return kvcm.create_kv_cache_manager(version, spec, KvCacheConfig(tokens_per_block=tpb, max_tokens=blocks * tpb,
                                                                      **cfg),
                                         max_batch_size=8, max_seq_len=4096, device="meta")

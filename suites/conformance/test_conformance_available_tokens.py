@@ -15,9 +15,10 @@ from kvcm.config import KvCacheConfig
 from kvcm.model_spec import LayerSpec, ModelSpec
 
 from _build import build, one_layer, sliding_then_full, v4
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_long_dummy_fills_what_two_short_dummies_leave(kvcm_version):
     """Source: ``clamp_max_seq_len_for_mem`` starts from ``storage.num_slots`` (each pool's total) and takes
     ``bs - 1`` one-token requests away. Pool of 8 blocks (tpb 32, one full-attention layer), B=3, two short
@@ -38,7 +39,7 @@ def test_other_single_token_sequences_take_one_block_each():
     assert mgr.get_num_available_tokens(token_num_upper_bound=10**6, batch_size=4) == 13 * 32
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_bound_below_capacity_is_returned_unchanged(kvcm_version):
     """Upstream ``test_clamp_max_seq_len_counts_pages``: ``clamp_max_seq_len_for_mem(1, 500) == 500`` when the
     pool holds more than 500 tokens; the answer is the bound itself, not rounded to a block."""
@@ -46,7 +47,7 @@ def test_bound_below_capacity_is_returned_unchanged(kvcm_version):
     assert mgr.get_num_available_tokens(token_num_upper_bound=500) == 500
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_max_tokens_caps_the_answer(kvcm_version):
     """Upstream ``test_real_v2_separates_logical_length_from_reused_physical_capacity``: ``max_tokens=9_280``,
     tpb 64, one layer of 2 KV heads x 16 (fp16): ``get_num_available_tokens(token_num_upper_bound=32_768)`` is

@@ -13,6 +13,7 @@ from kvcm.layer_groups import LayerGroup
 from kvcm.model_spec import LayerSpec, ModelSpec
 
 from _build import build, sliding_then_full
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 
 @pytest.mark.parametrize("history, stale", [(0, (0, 0)), (94, (0, 0)), (95, (0, 1)), (127, (0, 2)), (200, (0, 4))])
@@ -40,7 +41,7 @@ def test_full_attention_has_no_stale_blocks():
     assert group.blocks_needed(1000, 999, 32) == 32
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_groups_are_numbered_as_first_seen(kvcm_version):
     """Source: ``LifeCycleRegistry.__init__`` appends each new life cycle as it meets the layers in order. A
     model whose first layer slides (Gemma's layout) has the sliding group as index 0 and full attention as 1."""

@@ -14,8 +14,9 @@ from __future__ import annotations
 import pytest
 
 from _reuse_steps import add, manager, new_tokens
+from kvcm.versions import NAMES as ALL_VERSIONS
 
-BOTH = ["v1", "v2"]
+BOTH = list(ALL_VERSIONS)
 # TestReuseScope.test_reuse_scope_seeds_distinct_keys: None and 0 are different scopes for each field
 SCOPES = [(None, None), (0, None), (None, 0), (0, 0), (7, 11)]
 

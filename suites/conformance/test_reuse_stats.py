@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from _reuse_steps import add, manager, v4
+from kvcm.versions import NAMES as ALL_VERSIONS
 
-BOTH = ["v1", "v2"]
+BOTH = list(ALL_VERSIONS)
 
 
 def _stats(mgr, rid):

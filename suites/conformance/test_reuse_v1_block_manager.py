@@ -1,8 +1,7 @@
 """V1 block reuse, ported from TensorRT-LLM ``cpp/tests/unit_tests/batch_manager/kvCacheManagerTest.cpp``
-(``BlockManagerReuseTest``, ``BlockManagerReuseWithLoraTaskIdTest``, ``KVCacheManagerDecodeBlockPriorityTest``):
+(``BlockManagerReuseTest``, ``BlockManagerReuseWithLoraTaskIdTest``):
 tpb 4, 8 (or 16) primary blocks, one window. Context positions, reused block ids and free / allocated counts carry
-over; fresh block ids do not (kvcm's pool hands out the most recently freed page first, TensorRT-LLM's free queue
-is first in first out: docs/semantics.md 10)."""
+over; the ids of fresh blocks are pinned in ``test_v1_free_queue.py`` (V1's pools keep upstream's free queue)."""
 
 from __future__ import annotations
 
@@ -124,32 +123,6 @@ def test_lora_task_id_scopes_the_cache():
     mgr.free_resources(4)
     assert add(mgr, 5, PROMPT) == 0
     assert mgr.get_num_free_blocks() == 16 - 3
-
-
-def test_decode_blocks_take_the_decode_retention_priority():
-    """``KVCacheManagerDecodeBlockPriorityTest`` (8 blocks): request 0 (12 tokens, prompt priority 5, decode 90)
-    and request 1 (12 tokens, prompt 90, decode 5) each hold 3 blocks and one more for the first generated token
-    (free 8 -> 5 -> 4 -> 1 -> 0); after both are removed all 8 are free; a third 12-token prompt evicts the lowest
-    priority leaf, request 0's last prompt block, so request 0's prompt again is matched up to position 8."""
-    mgr = manager("v1")
-    assert mgr.get_num_free_blocks() == 8
-    frees = []
-    for rid, start, prio, decode in ((0, 0, 5, 90), (1, 12, 90, 5)):
-        mgr.add_sequence(rid, list(range(start, start + 12)),
-                         retention_config=kvcm.KvCacheRetentionConfig(priority=prio, decode_retention_priority=decode))
-        mgr.begin_context_chunk(rid, 0, 12, 12)
-        mgr.end_context_chunk(rid, 12)
-        frees.append(mgr.get_num_free_blocks())
-        mgr.append_tokens(rid, [0])
-        mgr.begin_generation(rid)                          # the 13th token's block (``addToken``)
-        frees.append(mgr.get_num_free_blocks())
-    assert frees == [5, 4, 1, 0]
-    mgr.free_resources(0)
-    mgr.free_resources(1)
-    assert mgr.get_num_free_blocks() == 8
-    add(mgr, 2, list(range(24, 36)))
-    mgr.free_resources(2)
-    assert add(mgr, 3, list(range(12))) == 8
 
 
 @pytest.mark.parametrize("partial, expected", [(False, 8), (True, 9)])

@@ -11,6 +11,7 @@ import kvcm
 from kvcm.config import BatchDesc, KVCacheDesc, KvCacheConfig
 
 from _build import build, one_layer, v4
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 
 def test_end_of_step_rewinds_rejected_drafts():
@@ -26,7 +27,7 @@ def test_end_of_step_rewinds_rejected_drafts():
     assert (mgr.get_capacity("r"), mgr.get_history("r")) == (253, 200)
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_generation_dummy_holds_token_num_plus_extra_plus_reserve(kvcm_version):
     """``add_dummy_requests`` (TensorRT-LLM PR #19213 removed a duplicate + 1): a generation dummy holds
     ``token_num + E + K``; history 31 with one input (token_num 32, E = 0, K = 0) holds 32, one block of 32."""

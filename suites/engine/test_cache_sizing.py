@@ -6,6 +6,7 @@ import pytest
 import kvcm
 from kvcm.engine import LLM
 from kvcm.models import tiny_model
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 
 @pytest.mark.parametrize("batch", [2, 4])
@@ -21,7 +22,7 @@ def test_sliding_window_model_gets_window_sized_pools(batch):
         llm.close()
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_engine_cache_holds_the_tokens_asked_after_estimation(kvcm_version):
     """TensorRT-LLM PR #15881: warmup on the estimation cache must not shrink the final cache below max_tokens."""
     model, _ = tiny_model("llama", seed=0)

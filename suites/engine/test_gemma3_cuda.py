@@ -21,6 +21,7 @@ from pytest_kvcm.models import require_gemma3
 from pytest_kvcm.parity import compare_outputs
 
 from test_gemma3_parity import WINDOW, fewshot_ids
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 pytestmark = pytest.mark.gpu(count=1)
 TPB = 16
@@ -43,7 +44,7 @@ def test_v1_v2_hf_on_graphs_past_the_window(gemma3_cuda, greedy_parity):
     prompts = [fewshot_ids(tok, 300, 1), fewshot_ids(tok, 600, 2), fewshot_ids(tok, 2000, 3)]
     ref = hf_generate(model, prompts, max_new_tokens=48, eos_token_id=list(eos_token_ids(model, tok)), batch_size=1)
     outs, usage = {}, {}
-    for version in ("v1", "v2"):
+    for version in ALL_VERSIONS:
         llm = _engine(model, tok, version, max_num_tokens=400)
         assert llm.graphs is not None and llm.graphs.shapes, "no CUDA graph captured"
         outs[version] = llm.generate(prompts, SamplingParams(max_new_tokens=48))
@@ -62,7 +63,7 @@ def test_v1_v2_hf_on_graphs_past_the_window(gemma3_cuda, greedy_parity):
     assert sliding["v2"].released_stale > 0, str(sliding["v2"])
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_reuse_of_a_prefix_longer_than_the_window_on_graphs(gemma3_cuda, version):
     """A second request sharing a 700-token prefix with the first: reuse on gives the tokens of reuse off."""
     model, tok = gemma3_cuda

@@ -17,6 +17,8 @@ from kvcm.engine import LLM, SamplingParams, triton_attention
 from kvcm.models import hf_generate
 
 from _prompts import random_prompts
+from kvcm import versions
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 WINDOW = 16
 
@@ -53,7 +55,7 @@ def test_tiny_gemma3_v1_v2_hf(model, chunk):
     prompts = random_prompts(7, [5, 15, 16, 17, 40, 70])
     ref = hf_generate(model, prompts, max_new_tokens=24, eos_token_id=[])
     margins = {}
-    for version in ("v1", "v2"):
+    for version in ALL_VERSIONS:
         llm = LLM(model, kvcm_version=version, max_batch_size=8, max_seq_len=128, max_num_tokens=chunk, device=device,
                   kv_cache_config=kvcm.KvCacheConfig(max_tokens=1024, tokens_per_block=4, dtype="float32"))
         outs = llm.generate(prompts, SamplingParams(max_new_tokens=24, ignore_eos=True))
@@ -61,12 +63,12 @@ def test_tiny_gemma3_v1_v2_hf(model, chunk):
         margins[version] = [m for o in outs for m in o.logits_margins]
         sliding = llm.page_usage[0]
         assert sliding.window == WINDOW
-        assert (sliding.released_stale > 0) == (version == "v2")
+        assert (sliding.released_stale > 0) == versions.get(version).releases_window_pages
     assert max(abs(a - b) for a, b in zip(margins["v1"], margins["v2"])) <= 1e-4
     model.to("cpu")
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_tiny_gemma3_reuses_a_prefix_longer_than_the_window(model, version):
     """A second request sharing 60 tokens (almost four windows) with the first: block reuse on gives the tokens
     of reuse off, and the cached length reaches past the window (V1 the whole prefix; V2 what its sliding group

@@ -12,6 +12,7 @@ from pytest_kvcm.models import require_smollm2
 from pytest_kvcm.parity import compare_greedy, compare_outputs
 
 from _prompts import random_prompts
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 NEW_TOKENS = 24
 
@@ -77,7 +78,7 @@ def test_chunked_prefill_matches_whole_prefill(llama, greedy_parity):
                   names=("whole", "chunks_of_8"), model="tiny-llama")
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_sliding_window_past_the_window(mistral, kvcm_version, greedy_parity):
     """Window 16 with 8-token pages: prompts and outputs run well past it, so V2 releases stale pages while
     decoding; the tokens must still be HF's."""

@@ -35,6 +35,7 @@ from kvcm.engine.llm import eos_token_ids
 from kvcm.models import chat_prompt_ids, hf_generate, truncated_drafter
 from pytest_kvcm.models import require_smollm2
 from pytest_kvcm.parity import compare_outputs
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
 from _real_gsm8k import REAL  # noqa: E402
@@ -42,7 +43,7 @@ from _real_gsm8k import REAL  # noqa: E402
 pytestmark = pytest.mark.gpu(count=1)
 TPB = 16
 NEW = 32
-VERSIONS = pytest.mark.parametrize("version", ["v1", "v2"])
+VERSIONS = pytest.mark.parametrize("version", ALL_VERSIONS)
 TEXT = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
         "clips did Natalia sell altogether in April and May? Weng earns $12 an hour for babysitting. Yesterday, "
         "she just did 50 minutes of babysitting. How much did she earn? Betty is saving money for a new wallet "

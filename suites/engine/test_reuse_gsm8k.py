@@ -19,6 +19,7 @@ from kvcm.models import hf_generate, tiny_model
 from pytest_kvcm.accuracy import (AccuracyGate, ReferenceError, evaluate_gsm8k, kvcm_generate_fn, load_gsm8k,
                                   lookup_reference)
 from pytest_kvcm.accuracy.gsm8k import build_prompt
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "suites" / "accuracy"))
@@ -44,7 +45,7 @@ def engine(model, tok, version, reuse, **kw):
                                                   dtype="float32"))
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_fewshot_parity_tiny(version):
     """Tiny llama on the prompts' bytes (ids 3..255), cut to 1,500 tokens of shared prefix: on == off == HF."""
     model, _ = tiny_model("llama")
@@ -76,7 +77,7 @@ def smollm2():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_fewshot_parity_smollm2(smollm2, version):
     model, tok = smollm2
     texts, _, _ = fewshot_prompts()

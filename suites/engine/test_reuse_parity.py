@@ -16,6 +16,7 @@ from kvcm.engine import LLM, SamplingParams
 from kvcm.models import hf_generate, tiny_model
 
 from _prompts import random_prompts
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 NEW = 16
 TPB = 8
@@ -84,20 +85,20 @@ def shared_prefix_prompts(seed=11):
     return prompts
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_same_prompt_twice(llama, version):
     p = random_prompts(20, [29])[0]
     llm = triple(llama, version, [p, p])
     assert llm.reuse_stats.token_hit_rate > 0.9
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_shared_prefixes_diverging_at_block_boundaries(llama, version):
     prompts = shared_prefix_prompts()
     triple(llama, version, prompts, warm=prompts[::-1])
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_reuse_within_one_batch_and_chunked(llama, version):
     """One ``generate``: later admissions reuse what earlier ones stored; prefill in chunks of 12."""
     prompts = shared_prefix_prompts(12)
@@ -105,7 +106,7 @@ def test_reuse_within_one_batch_and_chunked(llama, version):
     assert llm.reuse_stats.admissions == len(prompts)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_reuse_after_preemption(llama, version):
     """A 12-block pool cannot hold four sequences of 40-50 tokens sharing 3 blocks: preempted ones come back
     and reuse their own and the shared blocks."""
@@ -121,12 +122,12 @@ def test_reuse_on_other_loops(llama, loop):
     triple(llama, "v2", shared_prefix_prompts(14), **kw)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_reuse_with_ngram_speculation(llama, version):
     triple(llama, version, shared_prefix_prompts(15), drafter="ngram", max_draft_len=3)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_reuse_with_a_draft_model(llama, draft_model, version):
     """Target and draft caches reuse on their own; the draft computes from its own cached length."""
     cfg = kvcm.KvCacheConfig(tokens_per_block=TPB, max_tokens=2048, dtype="float32")
@@ -150,7 +151,7 @@ def test_reuse_stats_and_off_switch(llama):
         LLM(llama, enable_block_reuse="yes", max_seq_len=256)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_prefill_starts_at_the_cached_length(llama, version):
     """Scheduler level: a readmitted prompt's first prefill item starts at the manager's prepopulated length and
     covers every token after it (a partial hit: 21 of 30 tokens cached, mid-block)."""

@@ -19,6 +19,7 @@ from kvcm.models import hf_generate, tiny_model
 from pytest_kvcm.parity import compare_outputs
 
 from _prompts import random_prompts
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 NEW_TOKENS = 24
 PARAMS = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
@@ -86,7 +87,7 @@ def _closes_after(threshold, window=DEFAULT_WINDOW):
 
 
 # ---- in the engine -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_a_losing_draft_model_is_turned_off_after_the_window(target, loser, prompts, reference, kvcm_version,
                                                              greedy_parity, caplog):
     """Speculation stays off once the gate closes, though the cut-off (None: always) would speculate, and the

@@ -10,6 +10,7 @@ import torch
 import kvcm
 from kvcm.engine import LLM, SamplingParams
 from kvcm.models import tiny_model, truncated_drafter
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 D = 4
 
@@ -96,7 +97,7 @@ def test_draft_prefill_replays_a_token_bucket(kvcm_version):
 
 
 @pytest.mark.gpu(count=1)
-@pytest.mark.parametrize("tv", ["v1", "v2"])
+@pytest.mark.parametrize("tv", ALL_VERSIONS)
 def test_spec_warmup_on_a_page_boundary_captures_every_shape_on_gpu(tv):
     """The same on CUDA: every planned shape of both caches is a captured graph, and replays give plain
     greedy's tokens (fp32)."""

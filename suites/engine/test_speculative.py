@@ -13,9 +13,11 @@ from pytest_kvcm.models import require_smollm2
 from pytest_kvcm.parity import compare_outputs
 
 from _prompts import random_prompts
+from itertools import permutations, product
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 NEW_TOKENS = 32
-PAIRS = [("v1", "v1"), ("v1", "v2"), ("v2", "v1"), ("v2", "v2")]
+PAIRS = list(product(ALL_VERSIONS, repeat=2))
 PARAMS = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
 
 
@@ -60,7 +62,7 @@ def test_model_drafter_gives_target_tokens(target, prompts, reference, d, tv, dv
 
 @pytest.mark.gpu(count=1)
 @pytest.mark.parametrize("drafter", ["model", "ngram"])
-@pytest.mark.parametrize("tv,dv", [("v1", "v2"), ("v2", "v1")])
+@pytest.mark.parametrize("tv,dv", list(permutations(ALL_VERSIONS, 2)))
 def test_speculative_graphs_give_target_tokens_on_gpu(prompts, drafter, tv, dv, greedy_parity):
     """The same exactness on CUDA with both caches' steps captured as graphs and the Triton kernels (fp32)."""
     target = tiny_model("llama", num_hidden_layers=4, device="cuda")[0]
@@ -93,7 +95,7 @@ def test_other_model_as_drafter_gives_target_tokens(target, prompts, reference, 
     _check(greedy_parity, reference, llm.generate(prompts, PARAMS), prompts, ("target", f"other_d{d}"))
 
 
-@pytest.mark.parametrize("tv,dv", [("v1", "v2"), ("v2", "v1")])
+@pytest.mark.parametrize("tv,dv", list(permutations(ALL_VERSIONS, 2)))
 def test_perfect_drafter_accepts_everything(target, prompts, reference, tv, dv, greedy_parity):
     """Draft = target: every proposal accepted, so the draft's cache lags by one token each step (the last
     proposal is never fed to it) and must catch up with a two-token forward."""
@@ -119,7 +121,7 @@ def test_preemption_with_drafts_in_flight(target, prompts, reference, tv, dv, gr
     _all_pages_back(llm)
 
 
-@pytest.mark.parametrize("tv,dv", [("v1", "v2"), ("v2", "v1")])
+@pytest.mark.parametrize("tv,dv", list(permutations(ALL_VERSIONS, 2)))
 def test_preemption_when_the_draft_cache_runs_out(target, prompts, reference, tv, dv, greedy_parity):
     """A roomy target cache and a small draft cache: the target's slots are already reserved when the draft's
     grow fails, so the scheduler preempts with drafts in flight and retries the draft's grow alone."""

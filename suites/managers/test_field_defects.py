@@ -8,6 +8,7 @@ import kvcm
 from kvcm.layer_groups import LayerGroup, ceil_div
 
 from _manager_specs import build, swa_spec, tiny_spec
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 
 @pytest.mark.parametrize("drafts", [0, 4])
@@ -18,7 +19,7 @@ def test_available_tokens_return_a_bound_that_fits(drafts):
     assert m.get_num_available_tokens(token_num_upper_bound=1000, max_num_draft_tokens=drafts) == 1000
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_failed_dummy_batch_leaves_no_dummy(kvcm_version):
     """TensorRT-LLM PR #17162: dummies registered before the one that did not fit must be released too."""
     m = build(kvcm_version, tiny_spec(), kvcm.KvCacheConfig(tokens_per_block=32, max_tokens=32 * 8))
@@ -27,7 +28,7 @@ def test_failed_dummy_batch_leaves_no_dummy(kvcm_version):
     assert m.get_num_free_blocks() == free and m.request_ids == []
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_warmup_dummies_hold_their_draft_slots(kvcm_version):
     """vLLM PR #50531: warmup must reserve the lookahead the runtime reserves, so every dummy of a speculative
     shape holds token_num + E + K slots (and the long one ends on the page boundary)."""

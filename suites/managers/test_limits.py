@@ -7,12 +7,13 @@ import torch
 
 import kvcm
 from kvcm import ConfigError, KvCacheConfig, Limits, ModelSpec
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 SPEC = ModelSpec.uniform(2, 2, 8)
 CFG = KvCacheConfig(max_tokens=256, tokens_per_block=16)
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_limits_and_keywords_build_the_same_manager(kvcm_version):
     limits = Limits(max_batch_size=4, max_seq_len=128, max_num_tokens=64, max_draft_len=2, num_extra_kv_tokens=1)
     by_object = kvcm.create_kv_cache_manager(kvcm_version, SPEC, CFG, limits)

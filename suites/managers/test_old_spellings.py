@@ -11,6 +11,7 @@ import kvcm.cli
 from kvcm import KvCacheConfig, Limits, ModelSpec
 from kvcm.engine import LLM
 from kvcm.models import tiny_model
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 SPEC = ModelSpec.uniform(2, 2, 8)
 CFG = KvCacheConfig(max_tokens=256, tokens_per_block=16)
@@ -49,7 +50,7 @@ def test_estimation_version_keyword():
     assert est.manager.kvcm_version == "v1"
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_manager_version_attribute(kvcm_version):
     mgr = kvcm.create_kv_cache_manager(kvcm_version, SPEC, CFG, LIMITS)
     with pytest.warns(DeprecationWarning, match=r"\.version is deprecated; use \.kvcm_version") as record:

@@ -12,6 +12,7 @@ import kvcm
 from kvcm.config import KvCacheConfig
 
 from _manager_specs import tiny_spec
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 
 @pytest.mark.parametrize("extra", [0, 3])
@@ -105,7 +106,7 @@ def test_deepseek_v4_dummy_at_page_boundary_with_shorts_held(page_boundary_check
     assert all(r.capacity_held == r.boundary for r in results)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_pool_larger_than_max_seq_len_checks_the_limit_it_has_and_names_the_one_to_change(version):
     """Issue 28.5: a pool of 8,192 tokens with max_seq_len=1024 has no page boundary one request can reach; the
     check tests the max_seq_len bound instead (no raw ConfigError about token_nums) and says which limit to move."""

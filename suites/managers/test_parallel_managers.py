@@ -7,6 +7,7 @@ import pytest
 
 import kvcm
 from kvcm.config import KvCacheConfig
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 GiB = 2**30
 
@@ -24,7 +25,7 @@ def test_deepseek_v4_rank_without_attention_dp_is_one_gpu():
     assert _groups(rank) == _groups(one) and rank.max_tokens == one.max_tokens
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 def test_rank_of_a_gqa_model_holds_its_share(kvcm_version):
     """Llama-3-8B (32 layers, 8 KV heads of 128) at tp 4: 2 heads a rank, a quarter of the bytes a token, four
     times the tokens of one GPU at the same budget; its describe() names the stage and the rank's layers."""

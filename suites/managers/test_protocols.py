@@ -12,6 +12,7 @@ from kvcm.engine.ngram import NgramDrafter
 from kvcm.protocols import Drafter, StepManager, missing_members
 
 from _manager_specs import build, swa_spec, tiny_spec
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 
 def _parameters(fn) -> list[str]:
@@ -30,7 +31,7 @@ def _check_signatures(obj, protocol) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("kvcm_version", ["v1", "v2"])
+@pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
 @pytest.mark.parametrize("spec", [tiny_spec(), swa_spec()], ids=["full", "swa"])
 def test_managers_are_step_managers(kvcm_version, spec):
     mgr = build(kvcm_version, spec, kvcm.KvCacheConfig(max_tokens=4096))

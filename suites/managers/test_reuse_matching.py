@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from _reuse_driver import build, counts_add_up, decode, prefill, run
+from kvcm.versions import NAMES as ALL_VERSIONS
 
-VERSIONS = ["v1", "v2"]
+VERSIONS = list(ALL_VERSIONS)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

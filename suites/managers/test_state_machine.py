@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 import kvcm
+from kvcm import versions
 from kvcm.config import KvCacheConfig
 from kvcm.model_spec import LayerSpec, ModelSpec
 
@@ -138,7 +139,7 @@ def machine(version: str, kind: str):
             cap, hist = self.expect[rid]
             before = snapshot(self.mgr)
             if self._fails_cleanly(before, lambda: self.mgr.begin_generation(rid, num_draft=d)):
-                reserve = max(d, MAX_DRAFT) if version == "v1" else d  # V1 always reserves max_draft_len
+                reserve = max(d, MAX_DRAFT) if versions.get(version).reserves_max_draft_len else d
                 self.expect[rid] = (cap + 1 + reserve, hist)
                 self.step[rid] = (d, cap, hist)
 

@@ -3,6 +3,7 @@ plugin's commands, found through the ``kvcm.commands`` entry-point group the plu
 
 import subprocess
 import sys
+from importlib.metadata import PackageNotFoundError, distribution
 
 import pytest
 
@@ -21,6 +22,21 @@ print("\\n".join(sorted(m for m in sys.modules if m.split(".")[0] in ("pytest_kv
 """
 
 
+def _installed() -> bool:
+    try:
+        distribution("pytest-kvcm")
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+# Entry points exist only in an installed package's metadata; a checkout run through PYTHONPATH (the GPU lane's
+# machine, ci/gpu_lane.sh) has the code but no dist-info, so these tests have nothing to check there.
+needs_install = pytest.mark.skipif(
+    not _installed(), reason="pytest-kvcm is not installed (run from a checkout through PYTHONPATH): its "
+    "kvcm.commands entry points exist only once installed (pip install -e .)")
+
+
 def test_importing_every_kvcm_module_loads_no_plugin_module_and_no_pytest():
     """Test support that needs pytest (a skip when a model is not installed) lives in ``pytest_kvcm.models``."""
     proc = subprocess.run([sys.executable, "-c", IMPORT_ALL], capture_output=True, text=True, timeout=300)
@@ -28,6 +44,7 @@ def test_importing_every_kvcm_module_loads_no_plugin_module_and_no_pytest():
     assert "pytest" not in proc.stdout, proc.stdout
 
 
+@needs_install
 def test_kvcm_dashboard_is_an_alias_of_the_plugin_command(tmp_path, capsys):
     missing = tmp_path / "none.sqlite"
     assert kvcm.cli.main(["dashboard", "--results", str(missing), "--out", str(tmp_path / "d.html")]) == 2
@@ -37,6 +54,7 @@ def test_kvcm_dashboard_is_an_alias_of_the_plugin_command(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("pytest-kvcm dashboard:")
 
 
+@needs_install
 def test_the_plugin_registers_its_commands_with_kvcm():
     commands = kvcm.cli.registered_commands()
     assert {"sensitivity", "dashboard"} <= set(commands), (

@@ -54,6 +54,20 @@ def test_the_shipped_cpu_lane_durations_balance_within_20_percent():
         assert max(totals) <= 1.2 * mean and min(totals) >= 0.8 * mean, (stages, totals)
 
 
+@pytest.mark.parametrize("lane", ["l0_h100", "l0_h200"])
+def test_the_gpu_lane_stages_balance_and_give_each_stage_its_share_of_gpu_tests(lane):
+    """ci/gpu_lane.sh runs the GPU lane in 3 stages, one device call (600 s) each: the heavy GPU and slow tests
+    (20 s each in the shipped file until a GPU run's recordings replace them) must not gather in one stage."""
+    path = Path(__file__).resolve().parents[2] / "ci" / "durations" / f"{lane}.json"
+    durations = json.loads(path.read_text())
+    ids = sorted(durations)
+    cut = assign_stages(ids, durations, 3)
+    totals = [sum(durations[i] for i in stage) for stage in cut]
+    assert max(totals) <= 1.2 * min(totals), totals
+    heavy = [sum(1 for i in stage if durations[i] >= 20.0) for stage in cut]
+    assert max(heavy) - min(heavy) <= max(2, sum(heavy) // 6), heavy
+
+
 def test_the_cut_does_not_depend_on_collection_order():
     durations = _heavy_tailed(120, seed=7)
     ids = sorted(durations)
@@ -94,6 +108,28 @@ def test_record_durations_writes_the_lane_file(pytester, project):
     run(pytester, "--kvcm-lane=l0_cpu", "--kvcm-record-durations").assert_outcomes(passed=6)
     recorded = json.loads((pytester.path / "ci/durations/l0_cpu.json").read_text())
     assert sorted(recorded) == sorted(ALL) and all(v >= 0 for v in recorded.values())
+
+
+def test_a_stage_records_into_its_own_file_and_leaves_the_cut_as_it_was(pytester, project):
+    """ci/gpu_lane.sh: stage 1 of 2 writes its times to --kvcm-durations-out; stage 2 still reads the old file."""
+    project("l0_cpu", LANE)
+    (pytester.path / "ci/durations").mkdir()
+    lane_file = pytester.path / "ci/durations/l0_cpu.json"
+    lane_file.write_text(json.dumps({i: 1.0 for i in ALL}))
+    before = lane_file.read_text()
+    result = run(pytester, "--kvcm-lane=l0_cpu", "--kvcm-stage-split=1/2", "--kvcm-record-durations",
+                 "--kvcm-durations-out=out/stage1.json", "-v")
+    result.assert_outcomes(passed=3)
+    assert lane_file.read_text() == before
+    recorded = json.loads((pytester.path / "out/stage1.json").read_text())
+    assert sorted(recorded) == sorted(order_of(result))
+
+
+def test_durations_out_without_recording_is_a_usage_error(pytester, project):
+    project("l0_cpu", LANE)
+    result = run(pytester, "--kvcm-lane=l0_cpu", "--kvcm-durations-out=x.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--kvcm-durations-out=x.json: names where --kvcm-record-durations writes" in result.stderr.str()
 
 
 def test_split_without_a_lane_is_a_usage_error(pytester, project):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # where the project sets -r: pytest's ini, the CI script and the GPU figures' run, sensitivity's runs, the README and docs
-PLACES = [".ci/run", "ci/h200_figures.sh", "pytest_kvcm/sensitivity.py", "README.md",
+PLACES = [".ci/run", "ci/h200_figures.sh", "ci/gpu_lane.sh", "pytest_kvcm/sensitivity.py", "README.md",
           *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 R_FLAG = re.compile(r"""(?<![\w-])-r([a-zA-Z]+)\b""")
 

@@ -6,6 +6,7 @@ import pytest
 import kvcm
 from kvcm.config import KvCacheConfig
 from pytest_kvcm.page_boundary import check_page_boundary
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 pytestmark = pytest.mark.cpu_only
 
@@ -38,7 +39,7 @@ def collected(pytester, *args):
 
 def test_both_gives_reuse_and_noreuse_ids_beside_the_version(pytester):
     ids, _ = collected(pytester, "--kvcm-reuse=both", "--kvcm-version=both")
-    for v in ("v1", "v2"):
+    for v in ALL_VERSIONS:
         assert f"test_user.py::test_factory[{v}-reuse]" in ids and f"test_user.py::test_factory[{v}-noreuse]" in ids
     assert "test_user.py::test_mode[reuse]" in ids and "test_user.py::test_mode[noreuse]" in ids
     assert "test_user.py::test_plain" in ids
@@ -78,7 +79,7 @@ def _spec():
     return kvcm.ModelSpec.uniform(2, 2, 8)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 @pytest.mark.parametrize("warm_blocks", [3, 12])
 def test_page_boundary_with_a_cached_prefix(version, warm_blocks):
     """32 blocks of 32 tokens; a warm request leaves ``warm_blocks`` (V2: plus its one-token partial block) cached:

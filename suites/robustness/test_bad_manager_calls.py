@@ -146,4 +146,4 @@ def test_a_block_table_the_engine_wrote_to_cannot_free_a_page_twice(kind):
         mgr.free_resources("r")
     for pool in mgr.pools:
         assert pool.num_free + pool.num_reusable <= pool.num_blocks
-        assert len(set(pool._free)) == len(pool._free)
+        assert len(set(pool.free_order())) == len(pool.free_order())

@@ -73,11 +73,12 @@ DASHBOARD = [
                                                          "run_id"),
     ("store_other_tables", "other_tables", "o.html", "other.db: has no results table (tables: foo)"),
     ("store_is_a_directory", "directory", "o.html", "a_dir.db: is a directory"),
-    ("text_score", "text_score", "o.html", "text.db: row id 1 ('accuracy.gsm8k'): value='abc' is not a finite number"),
-    ("text_time", "text_time", "o.html", "time.db: row id 1 ('accuracy.gsm8k'): time='yesterday' is not a finite"),
-    ("infinite_score", "infinite_score", "o.html", "inf.db: row id 1 ('accuracy.gsm8k'): value=inf is not a finite"),
-    ("text_count", "text_count", "o.html", "n.db: row id 1 ('accuracy.gsm8k'): n='ten' is not an integer or NULL"),
 ]
+# a row whose numbers are not numbers is skipped and counted (it used to refuse the whole store)
+SKIPPED = [("text_score", "row id 1 ('accuracy.gsm8k'): value='abc' is not a finite number or NULL"),
+           ("text_time", "row id 1 ('accuracy.gsm8k'): time='yesterday' must be seconds since the epoch"),
+           ("infinite_score", "row id 1 ('accuracy.gsm8k'): value=inf is not a finite number or NULL"),
+           ("text_count", "row id 1 ('accuracy.gsm8k'): n='ten' is not an integer or NULL")]
 
 
 @pytest.mark.parametrize("store, out, fragment", [c[1:] for c in DASHBOARD], ids=[c[0] for c in DASHBOARD])
@@ -89,6 +90,16 @@ def test_dashboard_bad_store_or_output_is_one_line(tmp_path, capsys, store, out,
     assert captured.out == "" and captured.err.count("\n") == 1
     assert fragment.format(tmp=tmp_path) in captured.err
     assert not (tmp_path / "o.html").exists()  # nothing written
+
+
+@pytest.mark.parametrize("store, fragment", SKIPPED, ids=[c[0] for c in SKIPPED])
+def test_dashboard_skips_and_counts_a_row_that_holds_no_numbers(tmp_path, capsys, store, fragment):
+    stores = _stores(tmp_path)
+    assert dashboard(["--results", str(stores[store]), "--out", str(tmp_path / "o.html")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "(1 row(s) skipped that hold no usable numbers; first: " + fragment in out
+    page = (tmp_path / "o.html").read_text()
+    assert "<b>1</b>rows skipped" in page and "<b>none</b>gate results recorded" in page
 
 
 def test_dashboard_takes_no_prefix_of_an_option(tmp_path, capsys):

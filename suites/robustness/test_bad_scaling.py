@@ -23,6 +23,7 @@ import kvcm.cli
 from kvcm.block_pool import BlockPool
 from kvcm.config import KvCacheConfig
 from kvcm.model_spec import ModelSpec
+from kvcm.versions import NAMES as ALL_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 LANE = "l0_cpu:\n- tests:\n  - suites/a\n"
@@ -53,7 +54,7 @@ def test_a_pool_of_1e14_pages_builds_at_once_and_works():
         pool.release([10**13])
 
 
-@pytest.mark.parametrize("kind", ["v1", "v2"])
+@pytest.mark.parametrize("kind", ALL_VERSIONS)
 def test_a_huge_token_budget_builds_a_manager(kind):
     mgr = kvcm.create_kv_cache_manager(kind, ModelSpec.uniform(1, 1, 1), KvCacheConfig(max_tokens=10**15),
                                        max_batch_size=2, max_seq_len=64, device="meta")
@@ -106,4 +107,4 @@ def test_a_sequence_past_max_seq_len_is_refused_at_once(tmp_path, capsys):
     start = time.monotonic()
     assert kvcm.cli.main(["plan", "--model", str(path), "-S", str(kvcm.MAX_SEQ_LEN), "-B", "65536",
                           "--max-tokens", str(10**15), "--json"]) == 0
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 300   # seconds idle; a minute with both cores busy; a hang is hours

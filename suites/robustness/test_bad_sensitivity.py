@@ -80,6 +80,8 @@ CASES = [  # (case id, arguments, environment, a fragment of the one line)
     ("addopts_exitfirst", [], {"PYTEST_ADDOPTS": "-x"}, "PYTEST_ADDOPTS='-x': -x cannot be used here"),
     ("addopts_unbalanced", [], {"PYTEST_ADDOPTS": "-k 'a"}, "PYTEST_ADDOPTS=\"-k 'a\": cannot be split"),
     ("defect_unknown", ["--defect", "nope"], {}, "unknown defect(s) nope; registered: "),
+    ("json_over_a_file_it_did_not_write", ["--json", "probe_lib.py"], {},
+     "--json probe_lib.py: exists and was not written by this command; it is never replaced"),
 ]
 
 

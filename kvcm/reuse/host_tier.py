@@ -1,0 +1,181 @@
+"""V1's host tier: TensorRT-LLM's secondary pool (``kvCacheManager.cpp`` ``WindowBlockManager::getFreeBlock`` /
+``onboardBlock``, ``evictionPolicy.cpp`` level 1), a second free queue per layer group in host memory.
+
+Offload happens on eviction: when an allocation takes a cached GPU block whose priority is at least
+``secondary_offload_min_priority`` (default 30), the host queue is not empty and ``onboard_blocks`` is on, the
+block's KV is copied to the front host page and the block stays in the tree, at its priority, now in the host
+queue; whatever cached block held that host page leaves the tree with its descendants. Otherwise the GPU block
+leaves the tree with its descendants, as without a tier. Onboarding happens on reuse: a matched block in the host
+tier gets a GPU page (which may offload another block), its KV is copied back and the host page goes back to the
+host queue's default FIFO. Upstream swaps the memory behind two block objects rather than moving a block, so a
+request can hold block ids >= the primary count; ``block_ids`` reports those ids (``getCacheBlockIds``) beside the
+pages (memory rows) the block tables hold.
+
+Host pages are pinned CPU memory when the GPU pool is on CUDA, plain CPU memory for a CPU pool, nothing on meta.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..free_queue import DEFAULT_PRIORITY, QueuedBlockPool
+from .queued_cache import QueuedReuseCache
+from .tree import Node
+
+
+def host_blocks(host_cache_size: int | None, bytes_per_block: int) -> int:
+    """Secondary blocks for ``host_cache_size`` bytes: whole blocks, floored (``calculateSecondaryBlocks``:
+    ``floor(bytes / bytes per token) / tpb``; primary blocks round up, secondary ones do not)."""
+    if not host_cache_size or bytes_per_block <= 0:
+        return 0
+    return int(host_cache_size) // int(bytes_per_block)
+
+
+def _host_storage(num_blocks: int, bytes_per_block: int, device: torch.device) -> torch.Tensor | None:
+    if device.type == "meta" or num_blocks == 0:
+        return None
+    pin = device.type == "cuda" and torch.cuda.is_available()
+    return torch.zeros((num_blocks, bytes_per_block), dtype=torch.uint8, pin_memory=pin)
+
+
+class TieredReuseCache(QueuedReuseCache):
+    """``QueuedReuseCache`` with a host queue per group behind the GPU one."""
+
+    def __init__(self, pools, groups, leaf_only: list[bool], *, num_host_blocks: int, onboard_blocks: bool,
+                 offload_min_priority: int):
+        super().__init__(pools, groups, leaf_only)
+        self.onboard_blocks = onboard_blocks
+        self.offload_min_priority = offload_min_priority
+        self.host = []
+        for pool in pools:
+            host = QueuedBlockPool(num_host_blocks, pool.bytes_per_block, "meta")
+            host.storage = _host_storage(num_host_blocks, pool.bytes_per_block, pool.device)
+            host.clock = pool.clock
+            self.host.append(host)
+        self.host_node: list[dict[int, Node]] = [{} for _ in pools]
+        self.row_id: list[dict[int, int]] = [{} for _ in pools]    # GPU row -> block id, where not the row
+        self.host_id: list[dict[int, int]] = [{} for _ in pools]   # host row -> block id, where not P + row
+        self.offloaded = 0
+        self.onboarded = 0
+        self.host_dropped = 0
+
+    # ---- ids as upstream names them -------------------------------------------------------------------------
+    def block_id(self, g: int, row: int) -> int:
+        return self.row_id[g].get(row, row)
+
+    def _host_block_id(self, g: int, row: int) -> int:
+        return self.host_id[g].get(row, self.pools[g].num_blocks + row)
+
+    def _swap_ids(self, g: int, row: int, host_row: int) -> None:
+        a, b = self.block_id(g, row), self._host_block_id(g, host_row)
+        self.row_id[g][row], self.host_id[g][host_row] = b, a
+
+    # ---- offload: an allocation evicts a cached GPU block ----------------------------------------------------
+    def _take_cached(self, g: int, page: int) -> None:
+        node = self.page_node[g].get(page)
+        if node is None or node.pages[g] != page:
+            return
+        host = self.host[g]
+        if not (self.onboard_blocks and node.priority >= self.offload_min_priority and len(host.queue) > 0):
+            super()._take_cached(g, page)
+            return
+        target = host.allocate(1)[0]                 # the host queue's front: empty, or a cached host block
+        self._drop_host_block(g, target)
+        if host.storage is not None and self.pools[g].storage is not None:
+            host.storage[target].copy_(self.pools[g].storage[page])
+        self._swap_ids(g, page, target)
+        # the block keeps its place in the tree and its priority; its GPU page goes to the allocation
+        del self.page_node[g][page]
+        node.pages[g] = -1
+        self.pools[g].num_reusable -= 1
+        if node.parent is not None:
+            node.parent.child_pages[g] -= 1
+        node.host[g] = target
+        self.host_node[g][target] = node
+        host._used[target] = 1
+        host.num_reusable += 1
+        host.enqueue(target, node.priority, node.duration_ms)
+        self.offloaded += 1
+
+    def _drop_host_block(self, g: int, row: int) -> None:
+        """The cached block on host page ``row`` (if any) leaves the tree with its descendants (``freeChildren``
+        on the block whose memory the offload takes)."""
+        node = self.host_node[g].get(row)
+        if node is None or node.host[g] != row:
+            return
+        self._detach_subtree(node, g)
+        self._unset_host(node, g)
+        self.host_dropped += 1
+
+    def _unset_host(self, node: Node, g: int) -> None:
+        row = node.host[g]
+        del self.host_node[g][row]
+        node.host[g] = -1
+        host = self.host[g]
+        host.num_reusable -= 1
+        host._used[row] = 0
+        self._prune(node)
+
+    def _detach_subtree(self, node: Node, g: int) -> None:
+        """As ``QueuedReuseCache._detach_subtree``, for descendants on either tier: a host descendant's page is
+        empty where it waits in the host queue."""
+        found, stack = [], list(node.children.values())
+        while stack:
+            child = stack.pop()
+            found.append(child)
+            stack.extend(child.children.values())
+        for child in sorted(found, key=lambda n: -n.depth):
+            if child.host[g] >= 0 and child.refs[g] == 0:
+                self._unset_host(child, g)
+        super()._detach_subtree(node, g)
+
+    # ---- onboard: a request reuses a block from the host tier ------------------------------------------------
+    def claim_host(self, node: Node, g: int) -> None:
+        """Hold a host block for a match before any GPU page is taken, so no offload can drop it (upstream's
+        two-phase claim-then-onboard)."""
+        if node.refs[g] == 0:
+            self._claimed_keys[g][("host", node.host[g])] = self.host[g].unqueue(node.host[g])
+        node.refs[g] += 1
+
+    def onboard(self, node: Node, g: int, page: int) -> int:
+        """Copy a claimed host block into ``page`` (a fresh GPU page): the block is on the GPU again, held by the
+        claiming request, and its host page is empty at the back of the default host FIFO."""
+        host, row = self.host[g], node.host[g]
+        self._claimed_keys[g].pop(("host", row), None)
+        if host.storage is not None and self.pools[g].storage is not None:
+            self.pools[g].storage[page].copy_(host.storage[row])
+        self._swap_ids(g, page, row)
+        del self.host_node[g][row]
+        node.host[g] = -1
+        host.num_reusable -= 1
+        host._used[row] = 0
+        host.enqueue(row, DEFAULT_PRIORITY)
+        node.pages[g] = page
+        self.page_node[g][page] = node
+        self.referenced[g] += 1
+        if node.parent is not None:
+            node.parent.child_pages[g] += 1
+        self.onboarded += 1
+        return page
+
+    def unclaim_host(self, node: Node, g: int) -> None:
+        """Undo ``claim_host`` (a match that could not be completed)."""
+        node.refs[g] -= 1
+        if node.refs[g] == 0:
+            self.host[g].queue.restore(node.host[g], self._claimed_keys[g].pop(("host", node.host[g])))
+
+    def reset(self) -> None:
+        for g, host in enumerate(self.host):
+            for row, node in list(self.host_node[g].items()):
+                host.unqueue(row)
+                node.host[g] = -1
+                host._used[row] = 0
+                host.enqueue(row, DEFAULT_PRIORITY)
+            self.host_node[g].clear()
+            host.num_reusable = 0
+        super().reset()
+
+    def host_counts(self, g: int) -> tuple[int, int, int]:
+        """(free, reusable, total) host pages of group g: cached host blocks are reusable, never allocatable."""
+        host = self.host[g]
+        return host.num_free, host.num_reusable, host.num_blocks

@@ -1,0 +1,87 @@
+"""Everything a caller can observe of a manager, as one comparable value, and the books that must always balance.
+
+A refused call (``OutOfPagesError``, ``ConfigError``, ``UnknownRequestError``) must leave ``observe(mgr)`` equal to
+what it was; ``check_books`` holds after every call, refused or not. Shared by the regression tests of
+``test_window_reuse_edge.py`` and the exhaustive explorer (``suites/managers/exhaustive``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kvcm.units import ceil_div
+
+
+def tree_dump(mgr) -> tuple:
+    """The reuse tree as nested tuples of (tokens, pages, refs, priority, children sorted by tokens)."""
+    cache = mgr._reuse
+    if cache is None:
+        return ()
+
+    def node(n):
+        kids = tuple(node(c) for _, c in sorted(n.children.items(), key=lambda kv: kv[1].tokens))
+        return (n.tokens, tuple(n.pages), tuple(n.refs), n.priority, kids)
+
+    return tuple((scope, node(root)) for scope, root in sorted(cache.tree.roots.items(), key=repr))
+
+
+def observe(mgr) -> tuple:
+    """Counts per group, stats, every request's capacity, history, table and stats, page states and the tree."""
+    groups = range(len(mgr.pools))
+    requests = []
+    for rid in sorted(mgr.request_ids, key=repr):
+        seq = mgr._seqs[rid]
+        requests.append((rid, mgr.get_capacity(rid), mgr.get_history(rid), tuple(map(tuple, mgr.block_table(rid))),
+                         mgr.get_prepopulated_prompt_len(rid), dataclasses.astuple(mgr.get_request_stats(rid)),
+                         None if seq.reuse is None else (tuple(seq.reuse.tokens), seq.reuse.started)))
+    states = tuple(tuple(mgr.page_state(g, b) for b in range(mgr.pools[g].num_blocks)) for g in groups)
+    return (tuple(dataclasses.astuple(mgr.get_block_counts(g)) for g in groups), mgr.get_num_free_blocks(),
+            dataclasses.astuple(mgr.get_kv_cache_stats()), tuple(requests), states, tree_dump(mgr),
+            tuple(mgr.stale_released))
+
+
+def check_books(mgr) -> None:
+    """free + reusable + in use = the pool per group; a page is free or held, never both; a tree page's reference
+    count is its live holders; every request's capacity is covered by the pages it holds in every group."""
+    tpb, cache = mgr.tokens_per_block, mgr._reuse
+    for g, (group, pool) in enumerate(zip(mgr.layer_groups, mgr.pools)):
+        c = mgr.get_block_counts(g)
+        assert c.free + c.reusable + c.in_use == c.total == pool.num_blocks, (g, c)
+        holders: dict[int, int] = {}
+        for rid in mgr.request_ids:
+            for page in mgr._seqs[rid].blocks[g]:
+                if page >= 0:
+                    holders[page] = holders.get(page, 0) + 1
+        for page, n in holders.items():
+            assert pool.is_used(page), f"group {g}: page {page} is held by {n} request(s) and free"
+        tree_pages = {} if cache is None else {p: node for p, node in cache.page_node[g].items()
+                                               if node.pages[g] == p}
+        for page, n in holders.items():
+            node = tree_pages.get(page)
+            want = 1 if node is None else node.refs[g]
+            assert n == want, f"group {g}: page {page} held by {n} requests, reference count {want}"
+        for page, node in tree_pages.items():
+            assert node.refs[g] == holders.get(page, 0), f"group {g}: tree page {page} refs {node.refs[g]}"
+            assert pool.is_used(page), f"group {g}: tree page {page} is in the free list"
+        unheld = sum(1 for p, node in tree_pages.items() if node.refs[g] == 0)
+        assert c.reusable == unheld, (g, c, unheld)
+        assert c.in_use == len(holders), (g, c, len(holders))
+        for rid in mgr.request_ids:
+            seq = mgr._seqs[rid]
+            blocks = seq.blocks[g]
+            assert len(blocks) == ceil_div(seq.capacity, tpb), (rid, g, len(blocks), seq.capacity)
+            # V1 keeps every block; V2 releases only blocks before the window (and its sinks) at this history
+            lo, hi = (0, 0) if mgr.kvcm_version == "v1" else group.stale_range(seq.history, tpb)
+            for i, page in enumerate(blocks):
+                if page < 0:
+                    assert lo <= i < hi, f"{rid!r} group {g}: block {i} of {len(blocks)} has no page outside the " \
+                        f"stale range [{lo}, {hi}) at history {seq.history}"
+
+
+def all_free_after_reset(mgr) -> None:
+    """Free every request, reset the prefix cache: every block of every group is free."""
+    for rid in list(mgr.request_ids):
+        mgr.free_resources(rid)
+    assert mgr.reset_prefix_cache() is True
+    for g, pool in enumerate(mgr.pools):
+        assert pool.num_free == pool.num_blocks, f"group {g}: {pool.num_blocks - pool.num_free} blocks never free"
