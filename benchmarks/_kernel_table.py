@@ -134,6 +134,12 @@ def _innermost(ranges: list[tuple[float, float, str]], t: float) -> str:
     return best
 
 
+def _device_events(events) -> list:
+    """The device's kernels, copies and sets in start order (not the ranges' own GPU-side annotations)."""
+    return sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not e.name.startswith(PREFIX)), key=lambda e: e.time_range.start)
+
+
 def attribute(prof, steps: int, cuda: bool) -> Table:
     """The profiled steps' kernels (CUDA) or aten ops by self time (CPU), each with its class."""
     events = list(prof.events())
@@ -143,11 +149,10 @@ def attribute(prof, steps: int, cuda: bool) -> Table:
     if cuda:
         # the host op each kernel is linked to (frontend ops: linked to nothing themselves)
         host = {e.id: e for e in events
-                if e.device_type == torch.autograd.DeviceType.CPU and not e.linked_correlation_id}
-        kernels = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
-                         key=lambda e: e.time_range.start)
+                if e.device_type == torch.autograd.DeviceType.CPU and not getattr(e, "linked_correlation_id", 0)}
+        kernels = _device_events(events)
         for k in kernels:
-            launcher = host.get(k.linked_correlation_id)
+            launcher = host.get(getattr(k, "linked_correlation_id", 0))
             cls = _innermost(ranges, launcher.time_range.start) if launcher is not None else "glue"
             cls = refine(cls, k.name)
             table.add(cls, k.name, k.time_range.elapsed_us())
@@ -192,8 +197,7 @@ def graph_kernels(replay, replays: int) -> list[tuple[str, float]] | None:
         for _ in range(replays):
             replay()
         torch.cuda.synchronize()
-    ks = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
-                key=lambda e: e.time_range.start)
+    ks = _device_events(list(prof.events()))
     if not ks or len(ks) % replays:
         return None
     n = len(ks) // replays

@@ -102,8 +102,15 @@ def breakdown(llm, static, *, reps: int, peak_gbps: float) -> dict:
     """The table of one static step (its buffers hold the step), eager and, on CUDA, from its graph."""
     cuda = llm.runner.device.type == "cuda"
     model = llm.model
+    layers = llm.runner.layers           # the fused body names its stages itself (its modules are not called)
     with torch.inference_mode():
-        eager = kt.profile(static.forward, model, reps, cuda)
+        if layers is not None:
+            layers.ranges = True
+        try:
+            eager = kt.profile(static.forward, model, reps, cuda)
+        finally:
+            if layers is not None:
+                layers.ranges = False
         table, from_graph, step_ms = eager, False, None
         if cuda and static.graph is not None:
             step_ms = graph_ms(static, 50)
@@ -160,15 +167,15 @@ def format_table(title: str, b: dict) -> str:
 
 
 def last_step(llm, prompts, params, keep, max_num_tokens=None):
-    """Generate and return the static step of the last launch ``keep`` accepts (its buffers still hold that step:
-    profile it before another run reuses them), or None."""
+    """Generate; returns the static step of the last launch ``keep`` accepts (its buffers still hold that step:
+    profile it before another run reuses them) or None, and the outputs' token ids."""
     pipe, saved = llm.pipeline, llm.limits
     pipe.timeline = []
     if max_num_tokens:
         llm.limits = saved.replace(max_num_tokens=max_num_tokens)
     try:
-        llm.generate(prompts, params)
-        return next((s.static for s in reversed(pipe.timeline) if s.static is not None and keep(s)), None)
+        outputs = [o.token_ids for o in llm.generate(prompts, params)]
+        return next((s.static for s in reversed(pipe.timeline) if s.static is not None and keep(s)), None), outputs
     finally:
         llm.limits, pipe.timeline = saved, None
 
@@ -182,8 +189,9 @@ def run_steps(llm, args, vocab: int, peak: float) -> dict:
                  ("mixed", args.mixed_new, args.mixed_tokens, lambda s: s.static.q_len is None))
     for name, new, tokens, keep in workloads:
         prompts = [g.integers(3, vocab, args.prompt_len).tolist() for _ in range(args.batch)]
-        static = last_step(llm, prompts, SamplingParams(max_new_tokens=new, ignore_eos=True), keep, tokens)
+        static, outputs = last_step(llm, prompts, SamplingParams(max_new_tokens=new, ignore_eos=True), keep, tokens)
         out[name] = breakdown(llm, static, reps=args.reps, peak_gbps=peak) if static is not None else None
+        out[f"{name}_outputs"] = outputs         # the same seeded prompts in every run: compare bodies' tokens
     return out
 
 
@@ -223,6 +231,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--reps", type=int, default=10, help="steps profiled (counts and times are per step)")
     ap.add_argument("--peak-gbps", type=float, default=None, help="default: the GPU's datasheet, else a copy")
     ap.add_argument("--decode-split-len", type=int, default=0)
+    ap.add_argument("--no-fused-layers", action="store_true", help="the model's own layers with the fused small "
+                    "ops (the engine before fused_layers.py)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -241,15 +251,17 @@ def main(argv=None) -> dict:
     llm = LLM(model, kv_cache_config=cfg, max_batch_size=args.batch, max_seq_len=max_seq,
               max_num_tokens=max(args.mixed_tokens, args.batch * args.prompt_len), device=args.device, cuda_graph=True,
               cuda_graph_batch_sizes=[args.batch], cuda_graph_token_buckets=[args.mixed_tokens],
-              enable_block_reuse=False, decode_split_len=args.decode_split_len)
+              enable_block_reuse=False, decode_split_len=args.decode_split_len,
+              fused_layers=not args.no_fused_layers)
     peak, source = peak_bandwidth(device, args.peak_gbps)
     steps = run_steps(llm, args, model.config.vocab_size, peak)
     label = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"{label}: {args.model} {str(dtype)[6:]}, batch {args.batch}, setup and runs {time.perf_counter() - t:.1f} s;"
-          f" peak {peak:.0f} GB/s ({source})")
-    out = {"device": label, "model": args.model, "dtype": str(dtype)[6:], "args": vars(args)}
+    body = "fused layers" if llm.runner.layers is not None else "the model's layers"
+    print(f"{label}: {args.model} {str(dtype)[6:]}, {body}, batch {args.batch}, setup and runs "
+          f"{time.perf_counter() - t:.1f} s; peak {peak:.0f} GB/s ({source})")
+    out = {"device": label, "model": args.model, "dtype": str(dtype)[6:], "body": body, "args": vars(args)}
+    out.update(steps)
     for name, title in (("decode", "full-batch decode step"), ("mixed", "mixed step")):
-        out[name] = steps[name]
         print(format_table(title, out[name]) if out[name] else f"{title}: none ran on a static step")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

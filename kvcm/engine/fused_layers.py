@@ -26,6 +26,7 @@ RMSNorm); any other model runs Hugging Face's body with the swaps.
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -76,7 +77,10 @@ if triton is not None:
         page = kv_ptr + blk * s_pb + off * s_pt + h * s_ph + d
         row = qkv_ptr + t * s_row
         for which in tl.static_range(2):
-            heads = HQ if which == 0 else HK
+            if which == 0:
+                heads = HQ
+            else:
+                heads = HK
             m = (h < heads) & dm
             src = row + (which * HQ + h) * (2 * HALF) + d
             x1 = tl.load(src, mask=m, other=0.0)
@@ -141,7 +145,9 @@ def _side_by_side(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 class _Stack:
-    """Side-by-side projections of one layer (q|k|v or gate|up), rebuilt if a module's weight stops viewing it."""
+    """Side-by-side projections of one layer (q|k|v or gate|up), rebuilt if a module's weight stops viewing it.
+    One per set of modules (``stack_of``): a drafter that shares the target's layers shares its stacks too, rather
+    than each re-stacking the weights away from the other."""
 
     def __init__(self, modules):
         self.modules = modules
@@ -156,6 +162,17 @@ class _Stack:
                 break
             ptr += m.weight.shape[0] * step
         return self.weight, self.bias
+
+
+_STACKS: "weakref.WeakKeyDictionary[torch.nn.Module, _Stack]" = weakref.WeakKeyDictionary()
+
+
+def stack_of(modules) -> _Stack:
+    """The stack of ``modules`` (made once, kept as long as the first module lives)."""
+    stack = _STACKS.get(modules[0])
+    if stack is None or any(a is not b for a, b in zip(stack.modules, modules)) or len(stack.modules) != len(modules):
+        stack = _STACKS[modules[0]] = _Stack(modules)
+    return stack
 
 
 def _eligible(model) -> bool:
@@ -181,8 +198,9 @@ class FusedLayers:
         self.base = getattr(model, model.base_model_prefix)
         cfg = model.config
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.qkv = [_Stack([la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj]) for la in self.base.layers]
-        self.gate_up = [_Stack([la.mlp.gate_proj, la.mlp.up_proj]) for la in self.base.layers]
+        layers = self.base.layers
+        self.qkv = [stack_of([la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj]) for la in layers]
+        self.gate_up = [stack_of([la.mlp.gate_proj, la.mlp.up_proj]) for la in layers]
         self.ranges = False          # set by the step breakdown: name each stage for the profiler
 
     def _range(self, name: str):

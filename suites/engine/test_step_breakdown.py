@@ -69,3 +69,29 @@ def test_a_graph_replay_takes_the_eager_classes_only_when_its_kernels_match():
     assert eager.by_class() == {"rmsnorm": 4.0, "qkv_proj": 6.0, "o_proj": 8.0}
     for other in (None, [("norm_k", 1.0), ("gemm_b", 2.0), ("gemm_a", 3.0)], [("norm_k", 1.0)]):
         assert kt.with_graph_times(eager, other) == (eager, False)
+
+
+def test_cuda_kernels_take_the_class_of_the_range_their_launching_op_was_in():
+    """The CUDA side of the attribution, on hand-made profiler events: a kernel is linked to the host op that
+    launched it, and that op's time falls in a range; a kernel with no linked op keeps what its name says (a
+    Triton kernel) or is glue; the ranges' own GPU-side annotations are not kernels."""
+    from types import SimpleNamespace
+
+    import _kernel_table as kt
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import Interval
+
+    def ev(name, device, start, end, id_=0, linked=0):
+        return SimpleNamespace(name=name, device_type=device, id=id_, linked_correlation_id=linked,
+                               time_range=Interval(start, end), self_cpu_time_total=end - start)
+    cpu, gpu = DeviceType.CPU, DeviceType.CUDA
+    events = [ev("kvcm_step::attention", cpu, 0, 50, 1), ev("kvcm_step::qkv_proj", cpu, 10, 20, 2),
+              ev("aten::mm", cpu, 12, 14, 3), ev("aten::add", cpu, 30, 31, 4),
+              ev("cudaLaunchKernel", cpu, 12.5, 13, 500, linked=3),         # runtime event: not a frontend op
+              ev("gemm_kernel", gpu, 100, 106, 500, linked=3), ev("kvcm_step::qkv_proj", gpu, 99, 107, 0, 2),
+              ev("elementwise_kernel", gpu, 107, 109, 501, linked=4),
+              ev("_paged_attention_kernel", gpu, 110, 130, 502, linked=77), ev("memset", gpu, 131, 132, 503)]
+    table = kt.attribute(SimpleNamespace(events=lambda: events), 1, cuda=True)
+    assert table.order == [("qkv_proj", "gemm_kernel"), ("attention", "elementwise_kernel"),
+                           ("attention", "_paged_attention_kernel"), ("glue", "memset")]
+    assert table.by_class() == {"qkv_proj": 6, "attention": 22, "glue": 1}

@@ -235,14 +235,18 @@ def test_fused_ops_compute_what_hugging_face_computes(device, dtype):
 
 def test_fused_ops_are_swapped_in_only_inside_an_engine_forward(device):
     """Inside the runner's forward the model's norms and MLPs run the fused kernels; outside it (Hugging Face
-    generate on the same model object) they run their own code again."""
+    generate on the same model object) they run their own code again. (The model's own layers: with the fused
+    layers, the default, a llama's body is the engine's and its modules' forwards are not called.)"""
     from transformers.models.llama import modeling_llama as hf
+    from kvcm.engine.attention import KernelOptions
     from kvcm.engine.runner import ModelRunner, StepItem
     model, _ = tiny_model("llama", seed=1, device=device)
     spec = kvcm.ModelSpec.from_hf_config(model.config)
     mgr = kvcm.create_kv_cache_manager("v2", spec, kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=256),
                                        max_batch_size=2, max_seq_len=64, device=device)
-    runner = ModelRunner(model, mgr, device)
+    assert ModelRunner(model, mgr, device).layers is not None
+    runner = ModelRunner(model, mgr, device, kernel=KernelOptions(fused_layers=False))
+    assert runner.layers is None
     assert runner.fused is not None and len(runner.fused.forwards) == 2 * 2 + 1 + 2    # norms, final norm, MLPs
     seen = []
     original = hf.apply_rotary_pos_emb
@@ -326,3 +330,16 @@ def test_fused_layers_share_the_weights_and_follow_a_replaced_one(device):
     changed = [r.token_ids for r in hf_generate(model, prompts, 6, eos_token_id=[])]
     assert changed != ref
     assert [o.token_ids for o in llm.generate(prompts, params)] == changed
+
+
+def test_a_drafter_sharing_the_layers_shares_their_stacks(device):
+    """A truncated drafter holds the target's own layer modules: both engines' fused layers use one stack per
+    layer, so neither re-stacks the weights away from the other (which would rebuild them every step)."""
+    from kvcm.engine import fused_layers
+    from kvcm.models import truncated_drafter
+    model, _ = tiny_model("llama", seed=5, device=device)
+    target = fused_layers.fused_layers(model, device)
+    draft = fused_layers.fused_layers(truncated_drafter(model, 1), device)
+    assert draft.qkv[0] is target.qkv[0] and draft.gate_up[0] is target.gate_up[0]
+    weight = target.qkv[0].weight
+    assert target.qkv[0].current()[0] is weight and draft.qkv[0].current()[0] is weight
