@@ -275,6 +275,13 @@ def started_after_refused_chunk(started_before: bool) -> bool:
     return started_before
 
 
+@seam("whether a warmup batch that cannot fit is refused before its first dummy is placed when placing would "
+      "evict cached blocks: an eviction is not undone by releasing the dummies, so placing first left a refused "
+      "add_dummy_requests with fewer cached blocks than before (found by the exhaustive explorer, issue 39)")
+def dummy_batch_checked_first() -> bool:
+    return True
+
+
 @seam("return one page to its pool; a page that is already free is refused, never listed twice in the free "
       "list (vLLM #42571: free_blocks([b, b]) grew the free count by two)")
 def release_block(pool, block: int) -> None:

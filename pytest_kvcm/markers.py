@@ -14,6 +14,8 @@ Markers (all registered, so ``--strict-markers`` is clean):
   newcomer's first ``pytest`` finishes in minutes; ``--kvcm-slow`` (ini ``kvcm_slow = true``) runs them, and
   so does any ``-m`` expression that names ``slow`` (``-m slow`` runs only them). A lane entry is not an
   opt-in: CI runs the slow tests as their own invocation.
+* ``exhaustive`` — the bounded exhaustive explorer of the managers (``suites/managers/exhaustive``), in the default
+  run; its deep configurations are also marked ``slow``.
 * ``kvcm_versions(*versions)`` — registered here; the versions sub-plugin implements it.
 
 The machine facts come from :mod:`pytest_kvcm.machine` (``--kvcm-machine`` simulates another machine).
@@ -33,6 +35,8 @@ MARKERS = [
     "cpu_only: runs on the CPU on every machine; skipped by --kvcm-gpu-only",
     "accuracy: an accuracy gate (model outputs scored against a reference)",
     "slow: takes more than a few seconds on a CPU",
+    "exhaustive: the bounded exhaustive explorer of the managers (suites/managers/exhaustive; in the default run, "
+    "its deep configurations also marked slow)",
     "kvcm_versions(*versions): restrict a kvcm_version-parametrized test to these manager versions",
 ]
 
