@@ -47,6 +47,9 @@ _GPU_ARGS = ("count", "min_memory_gb", "min_sm")
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
+    scale = config.getoption("kvcm_exhaustive_scale", 1.0)
+    if not scale > 0:
+        raise pytest.UsageError(f"--kvcm-exhaustive-scale={scale}: must be a number > 0 (1 is the default run)")
 
 
 def gpu_requirement(mark: pytest.Mark, where: str) -> tuple[int, float | None, int | None]:

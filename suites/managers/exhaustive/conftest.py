@@ -14,8 +14,9 @@ from .search import Explorer, Report
 _REPORTS: dict[Config, Report] = {}
 
 
-def _search(cfg: Config) -> Report:
-    return Explorer(cfg).run()
+def _search(job: tuple[Config, float]) -> Report:
+    cfg, scale = job
+    return Explorer(cfg).run(max(2, round(cfg.max_states * scale)))
 
 
 def _selected(session) -> list[Config]:
@@ -30,17 +31,17 @@ def _selected(session) -> list[Config]:
     return out
 
 
-def run_configs(configs: list[Config]) -> dict[Config, Report]:
+def run_configs(configs: list[Config], scale: float = 1.0) -> dict[Config, Report]:
     """Search the configurations not searched yet this session, at most one process per core (forked, so a
-    defect injected by ``--kvcm-inject`` is in every one of them)."""
-    todo = [c for c in configs if c not in _REPORTS]
+    defect injected by ``--kvcm-inject`` is in every one of them); ``scale`` multiplies their state budgets."""
+    todo = [(c, scale) for c in configs if c not in _REPORTS]
     if todo:
         jobs = min(len(todo), os.cpu_count() or 1)
         if jobs > 1:
             with multiprocessing.get_context("fork").Pool(jobs) as pool:
                 reports = pool.map(_search, todo, chunksize=1)
         else:
-            reports = [_search(c) for c in todo]
+            reports = [_search(job) for job in todo]
         _REPORTS.update((r.cfg, r) for r in reports)
     return {c: _REPORTS[c] for c in configs}
 
@@ -48,7 +49,7 @@ def run_configs(configs: list[Config]) -> dict[Config, Report]:
 @pytest.fixture(scope="session")
 def exhaustive_reports(request) -> dict[Config, Report]:
     """The reports of every configuration this session selected, searched together on first use."""
-    return run_configs(_selected(request.session))
+    return run_configs(_selected(request.session), request.config.getoption("kvcm_exhaustive_scale"))
 
 
 def pytest_terminal_summary(terminalreporter):

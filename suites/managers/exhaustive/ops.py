@@ -79,7 +79,7 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
             ops.append(("add-held?", s))
     if first_empty is not None:
         ops.append(("free-unknown?", first_empty))
-    ops += [("undummy",)] if drv.dummies else [("dummy", k) for k in DUMMIES]
+    ops += [("undummy",)] if drv.dummies else [("dummy", k) for k in DUMMIES] + [("bad-dummy?",)]
     ops.append(("reset",))
     return ops
 
@@ -175,8 +175,10 @@ def _refusable(call, *args) -> None:
 
 
 def _bad_input(m, cfg, prompts, drv: Driver, op: tuple) -> None:
-    kind, s = op
-    if kind == "bad-end?":            # num_tokens at history: a step that computed nothing
+    kind, s = op + (None,) * (2 - len(op))
+    if kind == "bad-dummy?":          # a token count that is not an int, after a good one
+        m.add_dummy_requests(["w0", "w1"], token_nums=[1, str(cfg.tpb)], is_gen=True)
+    elif kind == "bad-end?":            # num_tokens at history: a step that computed nothing
         m.end_generation(rid(s), m.get_history(rid(s)))
     elif kind == "add-held?":         # a request id already held
         m.add_sequence(rid(s), list(prompts[0]))

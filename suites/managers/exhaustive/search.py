@@ -219,6 +219,22 @@ class Explorer:
             want = max(0, min(bound, free * cfg.tpb - cfg.extra - cfg.draft))
             assert available == want, f"V1 get_num_available_tokens = {available}, docs/semantics.md 3 gives {want}"
         assert 0 <= available <= bound, available
+        if not mgr.request_ids and available:
+            self._probe_page_boundary(mgr, available, bound)
+
+    def _probe_page_boundary(self, mgr, available: int, bound: int) -> None:
+        """With no request held, the answer is a promise warmup relies on (docs/semantics.md 4.2, 7): a generation
+        dummy of that many tokens (its drafts reserved) fits, and one a block longer does not, unless the answer
+        was the bound itself. Probed on a copy."""
+        cfg = self.cfg
+        for tokens, fits in ((available, True), (available + cfg.tpb, False)):
+            if not fits and (available == bound or tokens > bound):
+                break                   # the answer was the bound, or one block more is past max_seq_len
+            probe = self.restore(self.snapshot(mgr))
+            placed = probe.add_dummy_requests(["probe"], token_nums=[tokens], is_gen=True,
+                                              max_num_draft_tokens=cfg.draft) is not None
+            assert placed == fits, (f"get_num_available_tokens = {available} on an empty cache, and a generation "
+                                    f"dummy of {tokens} tokens {'does not fit' if fits else 'fits too'}")
 
     def _oracle_problem(self, mgr, drv: Driver, orc, fits: bool, op) -> str | None:
         cfg = self.cfg
