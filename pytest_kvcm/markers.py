@@ -43,7 +43,6 @@ MARKERS = [
 _GPU_ARGS = ("count", "min_memory_gb", "min_sm")
 
 
-
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
