@@ -263,7 +263,8 @@ def may_evict(refs: int) -> bool:
       "unheld block with descendants, taking its descendants' pages in that group out of the tree, as TensorRT-LLM's "
       "getFreeBlock does (kvCacheManager.cpp freeBlockAndAllDescendants / detachDescendantsFromLookupTree). Leaves "
       "only, a pool counted a cached block it could not evict as available: V1 with a window group and reuse raised "
-      "RuntimeError from the block pool with another group's page already taken (issue 39)")
+      "RuntimeError from the block pool with another group's page already taken (issue 39). Both the eviction "
+      "heap (V2) and V1's queued pool ask it")
 def evict_with_descendants() -> bool:
     return True
 

@@ -106,6 +106,8 @@ class QueuedReuseCache(ReuseCache):
         node = self.page_node[g].get(page)
         if node is None or node.pages[g] != page:
             return
+        if node.child_pages[g] and not seams.evict_with_descendants():
+            raise RuntimeError(f"layer group {g}: no cached block can be evicted")
         self._detach_subtree(node, g)
         self.unset_page(node, g, free=False, queued=False)
 

@@ -199,6 +199,8 @@ class Explorer:
             self._check_queries(mgr)
         except AssertionError as exc:
             return "query", str(exc)
+        except Exception as exc:  # noqa: BLE001 - a query (or the probe's dummy) raising is the finding
+            return "query", f"a query raised {exc!r}"
         if self.snapshot(mgr) != blob and observe(mgr) != observe(self.restore(blob)):
             return "query", "a query changed the manager"
         return None
