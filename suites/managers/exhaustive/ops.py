@@ -109,6 +109,7 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
         # docs/semantics.md 11.2: the last token is always recomputed; DeepSeek-V4 reuses whole blocks only
         assert 0 <= n < len(prompts[p]), f"add_sequence reused {n} of {len(prompts[p])} tokens"
         assert cfg.version != "dsv4" or n % cfg.tpb == 0, f"DeepSeek-V4 reused {n} tokens, not whole blocks"
+        _reused_pages_are_cached(m, cfg, rid(s), n)
         slots[s] = Req(p, True, n, ())
         if kind == "admit":           # the whole rest of the prompt in one chunk; refused, the engine frees it
             length = len(prompts[p])
@@ -165,6 +166,21 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
     else:
         raise ValueError(op)
     return Driver(tuple(slots), drv.dummies)
+
+
+def _reused_pages_are_cached(m, cfg, request_id, n: int) -> None:
+    """The whole blocks a match reused are cached pages in every group that keeps them (V1: every group; V2: the
+    full ones): a reused length no group has cached would hand over pages never written for this prompt."""
+    cache = getattr(m, "_reuse", None)
+    if cache is None or not n:
+        return
+    table = m.block_table(request_id)
+    for group in m.layer_groups:
+        if cfg.version != "v1" and not group.is_full:
+            continue
+        for i, page in enumerate(table[group.index][:n // cfg.tpb]):
+            assert cache.is_tree_page(group.index, page), (f"{request_id!r} reused {n} tokens, but block {i} of "
+                                                           f"group {group.index} is not a cached page")
 
 
 def _refusable(call, *args) -> None:

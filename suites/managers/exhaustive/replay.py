@@ -51,6 +51,7 @@ _CHECK = {
                        "    assert observe(mgr) == before",
     "books": "    {last}\n    check_books(mgr)",
     "free-all": "    {last}\n    all_free_after_reset(mgr)",
+    "query": "    {last}                # then a query: {message}",
     "oracle": "    {last}                # the oracle: {message}",
 }
 

@@ -13,8 +13,9 @@ left out (they only grow). Two states with the same form behave the same up to t
 Checked on every call: only documented exceptions escape; a refused call leaves ``observe`` as it was; the
 oracle agrees where it applies. On every new state: ``check_books`` and ``check_reused_tokens``, the queries an
 engine makes (agreeing counts, an admission credit within what is held, V1's available tokens; none changes
-anything), and freeing everything then ``reset_prefix_cache`` leaves every block free. The first violation of each kind is kept with its sequence, the
-shortest that reaches it (breadth first), and the search does not go on from a violating state.
+anything), and freeing everything then ``reset_prefix_cache`` leaves every block free. The first violation of each
+kind is kept with its sequence, the shortest that reaches it (breadth first), and the search does not go on from a
+violating state.
 """
 
 from __future__ import annotations
