@@ -268,6 +268,8 @@ class BaseKVCacheManager(ReuseMixin):
         if held:
             raise ConfigError("request_ids", held[0], "is already held by this manager; nothing was allocated")
         slots = seams.dummy_draft_slots(reserve, is_gen)
+        if self._would_evict_in_vain(token_nums, is_gen, slots):
+            return None
         made, out = [], []
         try:
             for rid, token_num in zip(request_ids, token_nums):
@@ -285,6 +287,21 @@ class BaseKVCacheManager(ReuseMixin):
 
     def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
         raise NotImplementedError
+
+    def _dummy_blocks(self, token_num: int, is_gen: bool, reserve: int) -> list[int]:
+        """Blocks per group one dummy holds once placed (what ``_place_dummy`` allocates)."""
+        raise NotImplementedError
+
+    def _would_evict_in_vain(self, token_nums, is_gen: bool, reserve: int) -> bool:
+        """A batch that cannot fit where cached blocks would be evicted to place its first dummies: refused
+        before any is placed, since an eviction is not undone by releasing the dummies (a refused call changes
+        nothing, issue 39). Elsewhere the dummies are placed one by one, and a failure releases every one made."""
+        if not seams.dummy_batch_checked_first() or not any(pool.num_reusable for pool in self.pools):
+            return False
+        needs = [0] * len(self.pools)
+        for token_num in token_nums:
+            needs = [a + b for a, b in zip(needs, self._dummy_blocks(token_num, is_gen, reserve))]
+        return any(need > pool.num_available for need, pool in zip(needs, self.pools))
 
     def _roles(self, group: LayerGroup) -> list[str]:
         """What a group's layers store, first seen first (``KV`` for ordinary models)."""

@@ -174,6 +174,10 @@ class KVCacheManagerV1(BaseKVCacheManager):
         available = free * self.tokens_per_block - seams.available_extra(self.num_extra_kv_tokens, max_num_draft_tokens)
         return max(0, min(token_num_upper_bound, available))
 
+    def _dummy_blocks(self, token_num: int, is_gen: bool, reserve: int) -> list[int]:
+        tokens = token_num + self.num_extra_kv_tokens + (reserve if is_gen else 0)
+        return [ceil_div(tokens, self.tokens_per_block)] * len(self.pools)
+
     def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
         tokens = token_num + self.num_extra_kv_tokens + (reserve if is_gen else 0)
         try:

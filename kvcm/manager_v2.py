@@ -272,6 +272,11 @@ class KVCacheManagerV2(BaseKVCacheManager):
                 hi = mid - 1
         return lo * tpb
 
+    def _dummy_blocks(self, token_num: int, is_gen: bool, reserve: int) -> list[int]:
+        capacity = token_num + self.num_extra_kv_tokens + (reserve if is_gen else 0)
+        history = token_num - 1 if is_gen else 0
+        return [g.blocks_needed(capacity, history, self.tokens_per_block) for g in self.layer_groups]
+
     def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
         """Generation: ``resize(token_num + E, history=token_num - 1)`` then ``+ K``: capacity ``token_num + E + K``."""
         e = self.num_extra_kv_tokens

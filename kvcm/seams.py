@@ -263,7 +263,8 @@ def may_evict(refs: int) -> bool:
       "unheld block with descendants, taking its descendants' pages in that group out of the tree, as TensorRT-LLM's "
       "getFreeBlock does (kvCacheManager.cpp freeBlockAndAllDescendants / detachDescendantsFromLookupTree). Leaves "
       "only, a pool counted a cached block it could not evict as available: V1 with a window group and reuse raised "
-      "RuntimeError from the block pool with another group's page already taken (issue 39)")
+      "RuntimeError from the block pool with another group's page already taken (issue 39). Both the eviction "
+      "heap (V2) and V1's queued pool ask it")
 def evict_with_descendants() -> bool:
     return True
 
@@ -273,6 +274,13 @@ def evict_with_descendants() -> bool:
       "(docs/semantics.md 11.2; V2 marked it started before it knew the chunk fit, issue 39)")
 def started_after_refused_chunk(started_before: bool) -> bool:
     return started_before
+
+
+@seam("whether a warmup batch that cannot fit is refused before its first dummy is placed when placing would "
+      "evict cached blocks: an eviction is not undone by releasing the dummies, so placing first left a refused "
+      "add_dummy_requests with fewer cached blocks than before (found by the exhaustive explorer, issue 39)")
+def dummy_batch_checked_first() -> bool:
+    return True
 
 
 @seam("return one page to its pool; a page that is already free is refused, never listed twice in the free "

@@ -14,6 +14,8 @@ Markers (all registered, so ``--strict-markers`` is clean):
   newcomer's first ``pytest`` finishes in minutes; ``--kvcm-slow`` (ini ``kvcm_slow = true``) runs them, and
   so does any ``-m`` expression that names ``slow`` (``-m slow`` runs only them). A lane entry is not an
   opt-in: CI runs the slow tests as their own invocation.
+* ``exhaustive`` — the bounded exhaustive explorer of the managers (``suites/managers/exhaustive``), in the default
+  run; its deep configurations are also marked ``slow``.
 * ``kvcm_versions(*versions)`` — registered here; the versions sub-plugin implements it.
 
 The machine facts come from :mod:`pytest_kvcm.machine` (``--kvcm-machine`` simulates another machine).
@@ -33,16 +35,20 @@ MARKERS = [
     "cpu_only: runs on the CPU on every machine; skipped by --kvcm-gpu-only",
     "accuracy: an accuracy gate (model outputs scored against a reference)",
     "slow: takes more than a few seconds on a CPU",
+    "exhaustive: the bounded exhaustive explorer of the managers (suites/managers/exhaustive; in the default run, "
+    "its deep configurations also marked slow)",
     "kvcm_versions(*versions): restrict a kvcm_version-parametrized test to these manager versions",
 ]
 
 _GPU_ARGS = ("count", "min_memory_gb", "min_sm")
 
 
-
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
+    scale = config.getoption("kvcm_exhaustive_scale", 1.0)
+    if not scale > 0:
+        raise pytest.UsageError(f"--kvcm-exhaustive-scale={scale}: must be a number > 0 (1 is the default run)")
 
 
 def gpu_requirement(mark: pytest.Mark, where: str) -> tuple[int, float | None, int | None]:

@@ -53,6 +53,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "ini kvcm_slow = false. '-m slow' (any -m naming slow) selects them too",
     )
     parser.addini("kvcm_slow", type="bool", default=False, help="run tests marked slow (see --kvcm-slow)")
+    group.addoption(
+        "--kvcm-exhaustive-scale", dest="kvcm_exhaustive_scale", type=float, default=1.0, metavar="FACTOR",
+        help="multiply the state budget of every exhaustive-explorer configuration by FACTOR (> 0; default 1: "
+        "the default run's budgets; --kvcm-slow adds the deep configurations)",
+    )
 
     # lanes: lanes/stages.py, lanes/selection.py; then sharding.py
     group.addoption("--kvcm-stage-split", dest="kvcm_stage_split", default=None, metavar="K/N",

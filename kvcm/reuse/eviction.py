@@ -34,7 +34,8 @@ class EvictionQueue:
         g = self.group
         if self.leaf_only and node.child_pages[g]:
             return
-        heapq.heappush(self._heap, (node.priority, node.stamps[g], id(node), node))
+        # ties go by creation order: an id can be a dead node's, and two equal entries would compare nodes
+        heapq.heappush(self._heap, (node.priority, node.stamps[g], node.serial, node))
 
     def _valid(self, entry) -> bool:
         priority, stamp, _, node = entry

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ._registry import defect
 
 _EDGE = "suites/managers/test_window_reuse_edge.py::"
+_EXPLORER = "suites/managers/exhaustive/test_exhaustive.py::test_explorer_finds_no_violation"
 
 
 def _seams():
@@ -23,7 +24,8 @@ def _seams():
               "taken a page, a decode then ran past its pages, free raised IndexError and a block leaked",
         catchers=(_EDGE + "test_admission_at_the_edge_evicts_or_refuses_cleanly",
                   _EDGE + "test_decodes_at_the_edge_stay_within_their_pages",
-                  _EDGE + "test_reuse_on_and_off_answer_the_same_calls_the_same"))
+                  _EDGE + "test_reuse_on_and_off_answer_the_same_calls_the_same",
+                  _EXPLORER + "[v1-full+window-tpb2-b4-reuse_on-ids-r2]"))
 def reuse_evicts_leaves_only(mp):
     _seams().replace(mp, "evict_with_descendants", lambda: False)
 
@@ -36,3 +38,14 @@ def reuse_evicts_leaves_only(mp):
                   _EDGE + "test_refused_first_chunk_changes_nothing_observable"))
 def refused_first_chunk_locks_the_match(mp):
     _seams().replace(mp, "started_after_refused_chunk", lambda started_before: True)
+
+
+@defect("refused-dummy-batch-evicts", upstream="kvcm issue 39 (found by the exhaustive explorer); TensorRT-LLM PR "
+        "#17162 fixed the dummies such a batch leaked, not the cached blocks it evicted",
+        story="a warmup batch that could not fit placed its first dummies by evicting cached blocks, then was "
+              "refused: the dummies were released, the evicted prefix was gone",
+        catchers=(_EDGE + "test_refused_dummy_batch_evicts_no_cached_block",
+                  _EXPLORER + "[v2-full-tpb2-b4-reuse_copy-ids-r2]",
+                  _EXPLORER + "[v1-full-tpb2-b4-reuse_on-ids-r2]"))
+def refused_dummy_batch_evicts(mp):
+    _seams().replace(mp, "dummy_batch_checked_first", lambda: False)

@@ -71,11 +71,44 @@ def check_books(mgr) -> None:
             blocks = seq.blocks[g]
             assert len(blocks) == ceil_div(seq.capacity, tpb), (rid, g, len(blocks), seq.capacity)
             # V1 keeps every block; V2 releases only blocks before the window (and its sinks) at this history
-            lo, hi = (0, 0) if mgr.kvcm_version == "v1" else group.stale_range(seq.history, tpb)
+            lo, hi = (0, 0) if mgr.kvcm_version == "v1" else stale_blocks(group.window, group.sink_tokens,
+                                                                          seq.history, tpb)
             for i, page in enumerate(blocks):
                 if page < 0:
                     assert lo <= i < hi, f"{rid!r} group {g}: block {i} of {len(blocks)} has no page outside the " \
                         f"stale range [{lo}, {hi}) at history {seq.history}"
+
+
+def stale_blocks(window, sinks: int, history: int, tpb: int) -> tuple[int, int]:
+    """Logical blocks [lo, hi) no future query of a window reads at this history (docs/semantics.md 4.1),
+    written out again here rather than asked of ``kvcm.layer_groups``: the in-flight token's window starts at
+    ``history + 1 - window``, sink blocks stay."""
+    if window is None:
+        return 0, 0
+    lo = min(ceil_div(history, tpb), ceil_div(sinks, tpb))
+    return lo, max(lo, (history + 1 - window) // tpb)
+
+
+def check_reused_tokens(mgr) -> None:
+    """A request holds a cached page only where the page's block is its own tokens: the node's tokens are the
+    request's at that position, and the node is that deep in the tree (exact keys, never a collision)."""
+    cache, tpb = mgr._reuse, mgr.tokens_per_block
+    if cache is None:
+        return
+    for rid in mgr.request_ids:
+        seq = mgr._seqs[rid]
+        if seq.reuse is None:
+            continue
+        tokens = seq.reuse.tokens
+        for g, blocks in enumerate(seq.blocks):
+            for i, page in enumerate(blocks):
+                node = cache.page_node[g].get(page) if page >= 0 else None
+                if node is None or node.pages[g] != page:
+                    continue
+                own = tuple(tokens[i * tpb:i * tpb + len(node.tokens)])
+                assert node.depth == i and node.tokens == own, (f"{rid!r} group {g} block {i}: holds the cached "
+                                                                f"page of {node.tokens} at depth {node.depth}, its "
+                                                                f"own tokens there are {own}")
 
 
 def all_free_after_reset(mgr) -> None:

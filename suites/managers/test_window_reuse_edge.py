@@ -148,3 +148,25 @@ def test_refused_first_chunk_changes_nothing_observable(version):
     mgr.free_resources("a")
     n = mgr.add_sequence("b", [1, 1, 2, 2, 2, 2, 2, 2])
     assert n == 3 and not _call(mgr, mgr.begin_context_chunk, "b", n, 5, 8)
+
+
+@pytest.mark.parametrize("version", ["v1", "v2", "dsv4"])
+def test_refused_dummy_batch_evicts_no_cached_block(version):
+    """Found by the explorer (V2, 4 blocks of 2 tokens, reuse on): a warmup batch that cannot fit, placed dummy by
+    dummy, evicted a cached block for its first dummy before the second was refused; releasing the dummies did not
+    bring the block back. The batch is now refused before it places anything, the cache as it was."""
+    from exhaustive.configs import Config, build
+
+    cfg = Config(version, "dsv4" if version == "dsv4" else "full", 128 if version == "dsv4" else 2, 4, "copy", ids=True)
+    mgr, t = build(cfg), cfg.tpb
+    prompt = [1] * t + [2]
+    _prefill(mgr, "r0", prompt, 1)
+    mgr.free_resources("r0")                             # its two blocks cached, nobody holds them
+    mgr.begin_context_chunk("r1", 0, t + 1, t + 1)       # no token ids: two fresh blocks
+    assert mgr.get_block_counts().reusable == 2
+    before = observe(mgr)
+    assert mgr.add_dummy_requests(["w0", "w1"], token_nums=[1, 2 * t], is_gen=True) is None   # 3 blocks of 2
+    assert observe(mgr) == before
+    check_books(mgr)
+    assert mgr.add_dummy_requests(["w0"], token_nums=[1], is_gen=True) is not None   # one fits, evicting one
+    all_free_after_reset(mgr)

@@ -1,0 +1,131 @@
+"""The tiny configurations the explorer walks: a version, its layer groups, the block size, the pool, reuse.
+
+Pools are a handful of blocks so that every admission, decode and eviction reaches the edge within a few calls;
+prompts use two token ids so that prefixes collide and reuse happens. DeepSeek-V4 takes 128-token blocks only:
+its token counts are scaled by ``tpb`` (a prompt of 1.5 blocks is 192 tokens), so the same sequences of calls
+reach the same block boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import kvcm
+from kvcm.config import KvCacheConfig
+from kvcm.model_spec import LayerSpec, ModelSpec
+
+REUSE = {"off": dict(enable_block_reuse=False),
+         "on": dict(enable_block_reuse=True, enable_partial_reuse=False),
+         "partial": dict(enable_block_reuse=True, enable_partial_reuse=True, copy_on_partial_reuse=False),
+         "copy": dict(enable_block_reuse=True, enable_partial_reuse=True, copy_on_partial_reuse=True)}
+LAYOUTS = ("full", "full+window", "two-windows")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration. ``window`` is in blocks (tokens = window * tpb + ``window_offset``: an unaligned window
+    keeps a partial block); ``ids``: requests are made with their token ids (``add_sequence``), else by their first
+    context chunk; ``draft``: the limits' ``max_draft_len`` (draft tokens decoded, fewer accepted)."""
+
+    version: str                 # "v1", "v2" or "dsv4"
+    layout: str                  # one of LAYOUTS (DeepSeek-V4: its own three groups)
+    tpb: int
+    blocks: int                  # per group
+    reuse: str                   # a key of REUSE
+    ids: bool
+    draft: int = 0
+    extra: int = 0               # num_extra_kv_tokens
+    slots: int = 2               # requests at once
+    window: int = 2
+    window_offset: int = 0
+    max_states: int = 5000       # the search stops at this many distinct states (or when nothing new is left)
+
+    @property
+    def name(self) -> str:
+        extra = f"-d{self.draft}" if self.draft else ""
+        extra += f"-e{self.extra}" if self.extra else ""
+        return (f"{self.version}-{self.layout}-tpb{self.tpb}-b{self.blocks}-reuse_{self.reuse}-"
+                f"{'ids' if self.ids else 'noids'}-r{self.slots}{extra}")
+
+    @property
+    def scale(self) -> int:
+        """Tokens a block, as the prompts count them (1 block of DeepSeek-V4 is 128 tokens, of the rest tpb)."""
+        return self.tpb
+
+    @property
+    def oracle_applies(self) -> bool:
+        """The full-attention oracle knows no reuse: it holds when nothing can be matched or stored."""
+        return self.reuse == "off" or not self.ids
+
+    def prompts(self) -> tuple[tuple[int, ...], ...]:
+        """Three prompts sharing prefixes over ids {1, 2}: one block and a bit, a block and a half with the
+        same first block, and two blocks less one of another first block."""
+        t = self.tpb
+        return ((1,) * t + (2,), (1,) * t + (2,) * (t // 2 + 1), (2,) * (2 * t - 1))
+
+
+def _spec(cfg: Config) -> ModelSpec:
+    t = cfg.window * cfg.tpb + cfg.window_offset
+    full = LayerSpec(1, 8, "bfloat16", model_layer=0)
+    if cfg.layout == "full":
+        return ModelSpec((full,), name="full")
+    if cfg.layout == "full+window":
+        return ModelSpec((LayerSpec(1, 8, "bfloat16", t, model_layer=0), LayerSpec(1, 8, "bfloat16", model_layer=1)),
+                         name="window-full")
+    return ModelSpec((LayerSpec(1, 8, "bfloat16", t, model_layer=0),
+                      LayerSpec(1, 8, "bfloat16", t + cfg.tpb, model_layer=1)), name="two-windows")
+
+
+def _limits(cfg: Config) -> dict:
+    return dict(max_batch_size=8, max_seq_len=16 * cfg.tpb, max_draft_len=cfg.draft,
+                num_extra_kv_tokens=cfg.extra, device="meta")
+
+
+def _equal_pools(make, cfg: Config, tpb: int):
+    """A V2 manager whose every group has ``cfg.blocks`` blocks: a pool ratio of each group's bytes a block."""
+    probe = make(KvCacheConfig(tokens_per_block=tpb, max_gpu_total_bytes=1 << 30, **REUSE[cfg.reuse]))
+    per_block = [g.bytes_per_block for g in probe.layer_groups]
+    return make(KvCacheConfig(tokens_per_block=tpb, max_gpu_total_bytes=cfg.blocks * sum(per_block)
+                              + min(per_block) // 2, pool_ratio=tuple(per_block), **REUSE[cfg.reuse]))
+
+
+def build(cfg: Config):
+    """A fresh manager for the configuration (meta device)."""
+    limits = _limits(cfg)
+    if cfg.version == "dsv4":
+        spec = kvcm.DeepseekV4Spec(compress_ratios=(4, 128), window_size=cfg.window * cfg.tpb, head_dim=64,
+                                   index_head_dim=32, max_position_embeddings=1 << 16)
+        mgr = _equal_pools(lambda c: kvcm.create_kv_cache_manager("v2", spec, c, **limits), cfg, cfg.tpb)
+    elif cfg.version == "v1":
+        mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(
+            tokens_per_block=cfg.tpb, max_tokens=cfg.blocks * cfg.tpb, **REUSE[cfg.reuse]), **limits)
+    else:
+        mgr = _equal_pools(lambda c: kvcm.create_kv_cache_manager("v2", _spec(cfg), c, **limits), cfg, cfg.tpb)
+    assert [g.num_blocks for g in mgr.layer_groups] == [cfg.blocks] * len(mgr.layer_groups), cfg
+    return mgr
+
+
+def default_configs() -> list[Config]:
+    """The default run: every version, layout, block size, pool size 3-6, reuse mode and id mode appears, most
+    of them in pairs that matter (a window with reuse, drafts with reuse, V2 with partial copies)."""
+    out = []
+    for version in ("v1", "v2"):
+        for layout in LAYOUTS:
+            for reuse in REUSE:
+                for tpb, blocks in ((2, 4), (4, 6)) if reuse != "off" else ((2, 3),):
+                    out.append(Config(version, layout, tpb, blocks, reuse, ids=True, max_states=4000))
+            out.append(Config(version, layout, 4, 5, "copy", ids=False, max_states=2000))
+            out.append(Config(version, layout, 2, 5, "copy", ids=True, draft=1, max_states=4000))
+        out.append(Config(version, "full+window", 2, 5, "copy", ids=True, slots=3, max_states=6000))
+        out.append(Config(version, "full", 2, 5, "off", ids=True, draft=1, extra=1, max_states=4000))
+        out.append(Config(version, "full+window", 4, 6, "on", ids=True, window=2, window_offset=2,
+                          extra=1, max_states=4000))
+    for reuse, ids, draft in (("off", True, 0), ("on", True, 0), ("copy", True, 1), ("copy", False, 0)):
+        out.append(Config("dsv4", "dsv4", 128, 4, reuse, ids=ids, draft=draft, max_states=3000))
+    return out
+
+
+def deep_configs() -> list[Config]:
+    """``--kvcm-slow``: the same configurations ten times as far, and three requests at once everywhere."""
+    return [Config(**{**c.__dict__, "max_states": c.max_states * 10, "slots": max(c.slots, 3)})
+            for c in default_configs()]

@@ -1,0 +1,208 @@
+"""The explorer's alphabet: every call an engine makes on a manager, as small hashable operations.
+
+The driver state says what each request slot holds, so that only the calls an engine could make next are
+enabled: a slot is empty or holds ``Req(prompt, ids, done, gen)`` (prompt index, made with its token ids or by
+its first chunk, prompt tokens computed, tokens generated). One operation is one engine action: an admission
+(``add_sequence`` alone, or with the whole rest of the prompt as one chunk: refused there, the engine frees the
+request), a context chunk
+(``begin_context_chunk`` then ``end_context_chunk``, the first token appended at the prompt's end) or a decode
+step (``begin_generation`` with d draft tokens, ``end_generation`` accepting a of them, the accepted tokens
+appended), so a refusal can only come from its first call. Bad input is in the alphabet too: an operation whose
+name ends in ``?`` must be refused with ``ConfigError`` or ``UnknownRequestError``.
+
+A new manager operation or option joins this alphabet (``enabled`` and ``apply``) in the same change.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvcm.errors import ConfigError, OutOfPagesError, UnknownRequestError
+
+REFUSALS = (OutOfPagesError,)
+BAD_INPUT = (ConfigError, UnknownRequestError)
+DUMMIES = {"ctx": (("w0",), lambda t: [t + 1], False), "gen2": (("w0", "w1"), lambda t: [1, t], True)}
+
+
+class Req(NamedTuple):
+    prompt: int
+    ids: bool
+    done: int
+    gen: tuple
+
+
+class Driver(NamedTuple):
+    slots: tuple           # None or Req per slot
+    dummies: str | None    # the DUMMIES key of the warmup dummies held
+
+
+def rid(slot: int) -> str:
+    return f"r{slot}"
+
+
+class Refused(Exception):
+    """The operation's first call was refused as documented: the manager must be as it was."""
+
+
+def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
+    """The operations an engine could call next (reads the manager's history and capacity, changes nothing)."""
+    ops, scale = [], cfg.scale
+    cap_len = (cfg.blocks + 2) * scale
+    first_empty = next((s for s, r in enumerate(drv.slots) if r is None), None)
+    for s, req in enumerate(drv.slots):
+        if req is None:
+            if s != first_empty:
+                continue                    # empty slots are alike: admit into the first one only
+            for p, prompt in enumerate(prompts):
+                if cfg.ids:
+                    ops += [("admit", s, p), ("add", s, p)]
+                ops += [("chunk", s, p, n) for n in _chunks(len(prompt), scale)]
+            continue
+        length = len(prompts[req.prompt])
+        if req.done < length:
+            ops += [("chunk", s, req.prompt, n) for n in _chunks(length - req.done, scale)]
+        else:
+            history = mgr.get_history(rid(s))
+            for d in range(cfg.draft + 1):
+                if history + 2 + d > cap_len:
+                    continue
+                for a in range(d + 1):
+                    tokens = (1, 2) if req.ids and d == 0 else (1,)
+                    ops += [("decode", s, d, a, t) for t in tokens]
+            ops.append(("bad-end?", s))
+            if cfg.version == "v1" and mgr.get_capacity(rid(s)) > history:
+                ops.append(("rewind", s))
+            if cfg.version != "v1":
+                ops.append(("grow", s))
+        ops.append(("free", s))
+        if req.ids and s == 0:
+            ops.append(("add-held?", s))
+    if first_empty is not None:
+        ops.append(("free-unknown?", first_empty))
+    ops += [("undummy",)] if drv.dummies else [("dummy", k) for k in DUMMIES] + [("bad-dummy?",)]
+    ops.append(("reset",))
+    return ops
+
+
+def _chunks(rest: int, scale: int) -> list[int]:
+    """The whole rest of the prompt, or one block of it when more is left."""
+    return [rest] if rest <= scale else [rest, scale]
+
+
+def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
+    """Make the operation's calls on manager ``m``; the next driver state, or ``Refused``. Any other exception
+    escapes (a violation, unless the operation is bad input and it is a documented one)."""
+    kind = op[0]
+    if kind.endswith("?"):
+        try:
+            _bad_input(m, cfg, prompts, drv, op)
+        except BAD_INPUT:
+            raise Refused from None
+        raise AssertionError(f"{op} was accepted: bad input must raise ConfigError or UnknownRequestError")
+    slots = list(drv.slots)
+    if kind in ("add", "admit"):
+        _, s, p = op
+        try:
+            n = m.add_sequence(rid(s), list(prompts[p]))
+        except REFUSALS:
+            raise Refused from None
+        # docs/semantics.md 11.2: the last token is always recomputed; DeepSeek-V4 reuses whole blocks only
+        assert 0 <= n < len(prompts[p]), f"add_sequence reused {n} of {len(prompts[p])} tokens"
+        assert cfg.version != "dsv4" or n % cfg.tpb == 0, f"DeepSeek-V4 reused {n} tokens, not whole blocks"
+        _reused_pages_are_cached(m, cfg, rid(s), n)
+        slots[s] = Req(p, True, n, ())
+        if kind == "admit":           # the whole rest of the prompt in one chunk; refused, the engine frees it
+            length = len(prompts[p])
+            try:
+                m.begin_context_chunk(rid(s), n, length - n, length)
+            except REFUSALS:
+                m.free_resources(rid(s))
+                slots[s] = None
+                return Driver(tuple(slots), drv.dummies)
+            m.end_context_chunk(rid(s), length)
+            m.append_tokens(rid(s), [1])
+            slots[s] = Req(p, True, length, (1,))
+    elif kind == "chunk":
+        _, s, p, n = op
+        req = slots[s] or Req(p, False, 0, ())
+        length = len(prompts[p])
+        _refusable(m.begin_context_chunk, rid(s), req.done, n, length)
+        m.end_context_chunk(rid(s), req.done + n)
+        gen = req.gen
+        if req.done + n == length:
+            gen = (1,)
+            if req.ids:
+                m.append_tokens(rid(s), [1])
+        slots[s] = req._replace(done=req.done + n, gen=gen)
+    elif kind == "decode":
+        _, s, d, a, tok = op
+        history = m.get_history(rid(s))
+        _refusable(m.begin_generation, rid(s), d)
+        m.end_generation(rid(s), history + 2 + a, d, a)
+        if slots[s].ids:
+            m.append_tokens(rid(s), [tok] * (a + 1))
+        slots[s] = slots[s]._replace(gen=slots[s].gen + (tok,) * (a + 1))
+    elif kind == "free":
+        m.free_resources(rid(op[1]))
+        slots[op[1]] = None
+    elif kind == "rewind":
+        m.rewind(rid(op[1]), 1)
+    elif kind == "grow":
+        if not m.resize(rid(op[1]), m.get_capacity(rid(op[1])) + cfg.scale):
+            raise Refused
+    elif kind == "dummy":
+        names, tokens, is_gen = DUMMIES[op[1]]
+        if m.add_dummy_requests(list(names), token_nums=tokens(cfg.scale), is_gen=is_gen,
+                                max_num_draft_tokens=cfg.draft) is None:
+            raise Refused
+        return Driver(drv.slots, op[1])
+    elif kind == "undummy":
+        for name in DUMMIES[drv.dummies][0]:
+            m.free_resources(name)
+        return Driver(drv.slots, None)
+    elif kind == "reset":
+        if not m.reset_prefix_cache():
+            raise Refused
+    else:
+        raise ValueError(op)
+    return Driver(tuple(slots), drv.dummies)
+
+
+def _reused_pages_are_cached(m, cfg, request_id, n: int) -> None:
+    """The whole blocks a match reused are cached pages in every group that keeps them (V1: every group; V2: the
+    full ones): a reused length no group has cached would hand over pages never written for this prompt."""
+    cache = getattr(m, "_reuse", None)
+    if cache is None or not n:
+        return
+    table = m.block_table(request_id)
+    for group in m.layer_groups:
+        if cfg.version != "v1" and not group.is_full:
+            continue
+        for i, page in enumerate(table[group.index][:n // cfg.tpb]):
+            assert cache.is_tree_page(group.index, page), (f"{request_id!r} reused {n} tokens, but block {i} of "
+                                                           f"group {group.index} is not a cached page")
+
+
+def _refusable(call, *args) -> None:
+    try:
+        call(*args)
+    except REFUSALS:
+        raise Refused from None
+
+
+def _bad_input(m, cfg, prompts, drv: Driver, op: tuple) -> None:
+    kind, s = op + (None,) * (2 - len(op))
+    if kind == "bad-dummy?":          # a token count that is not an int, after a good one
+        m.add_dummy_requests(["w0", "w1"], token_nums=[1, str(cfg.tpb)], is_gen=True)
+    elif kind == "bad-end?":            # num_tokens at history: a step that computed nothing
+        m.end_generation(rid(s), m.get_history(rid(s)))
+    elif kind == "add-held?":         # a request id already held
+        m.add_sequence(rid(s), list(prompts[0]))
+    elif kind == "free-unknown?":
+        m.free_resources(rid(s))
+    else:
+        raise ValueError(op)
+
+
+def describe(op: tuple) -> str:
+    return " ".join(map(str, op))

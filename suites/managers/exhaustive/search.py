@@ -1,0 +1,284 @@
+"""Breadth-first search over the alphabet of ``ops.py`` from an empty manager, deduplicated by a canonical state.
+
+A state is kept as the pickle of the manager's mutable parts (pools, requests, reuse cache and counters; the
+model, limits and layer groups are shared with a template and never copied): restoring one costs one
+``pickle.loads`` of a few kilobytes, where replaying its sequence would cost every call of it again. A refused
+call leaves the manager as it was, so the next operation of the same state runs on it without a restore.
+
+The canonical state is cheap and deliberately coarse: free and reusable counts per group, each request's counters
+and block tables with pages renamed by first appearance, the reuse tree's shape with its pages renamed, their
+reference counts and the eviction order of unheld pages, the driver's state and the oracle's. Statistics are
+left out (they only grow). Two states with the same form behave the same up to the names of pages.
+
+Checked on every call: only documented exceptions escape; a refused call leaves ``observe`` as it was; the
+oracle agrees where it applies. On every new state: ``check_books`` and ``check_reused_tokens``, the queries an
+engine makes (agreeing counts, an admission credit within what is held, V1's available tokens; none changes
+anything), and freeing everything then ``reset_prefix_cache`` leaves every block free. The first violation of each
+kind is kept with its sequence, the shortest that reaches it (breadth first), and the search does not go on from a
+violating state.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass, field
+
+from _observe import all_free_after_reset, check_books, check_reused_tokens, observe
+
+from . import oracle as oracle_model
+from .configs import Config, build
+from .ops import Driver, Refused, apply, enabled
+from .replay import replay_text
+
+
+@dataclass
+class Violation:
+    kind: str
+    message: str
+    ops: list
+
+
+@dataclass
+class Report:
+    cfg: Config
+    sequences: int = 0          # operations run (each extends one sequence of the search by one)
+    states: int = 0             # distinct canonical states reached, the empty one included
+    depth: int = 0              # deepest level expanded
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0    # this process's CPU time: what the search costs whatever else the machine runs
+    restores: int = 0
+    complete: bool = False      # nothing new was left: every sequence up to any length was searched
+    violations: list = field(default_factory=list)
+
+    def line(self) -> str:
+        bound = "all of them" if self.complete else "stopped at the budget"
+        return (f"{self.cfg.name}: {self.sequences} sequences, {self.states} distinct states ({bound}), depth "
+                f"{self.depth}, {len(self.violations)} violations, {self.seconds:.1f} s ({self.cpu_seconds:.1f} s CPU)")
+
+
+class Explorer:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.template = build(cfg)
+        self.prompts = cfg.prompts()
+        self.full = [g.index for g in self.template.layer_groups if g.is_full]
+        self.oracle_on = cfg.oracle_applies and (cfg.version == "v1" or bool(self.full))
+        # V1 keeps every block in every group; V2 with full attention only is the oracle's model exactly
+        self.oracle_exact = cfg.version == "v1" or len(self.full) == len(self.template.layer_groups)
+
+    # ---- states -------------------------------------------------------------------------------------------
+    def snapshot(self, mgr) -> bytes:
+        cache = mgr._reuse
+        if cache is not None:
+            cache.groups = None
+        try:
+            return pickle.dumps((mgr.pools, mgr._seqs, mgr.stale_released, cache, mgr._reuse_totals), 5)
+        finally:
+            if cache is not None:
+                cache.groups = self.template.layer_groups
+
+    def restore(self, blob: bytes):
+        mgr = object.__new__(type(self.template))
+        mgr.__dict__.update(self.template.__dict__)
+        mgr.pools, mgr._seqs, mgr.stale_released, mgr._reuse, mgr._reuse_totals = pickle.loads(blob)
+        if mgr._reuse is not None:
+            mgr._reuse.groups = self.template.layer_groups
+        return mgr
+
+    def key(self, mgr, drv: Driver, orc) -> int:
+        names = [{} for _ in mgr.pools]
+
+        def name(g, page):
+            return -1 if page < 0 else names[g].setdefault(page, len(names[g]))
+
+        seqs = mgr._seqs
+        # request slots are alike: visited in the order of what they hold (pages aside), renamed by that order
+        slots = sorted(((req, cap, _seq_counters(seqs[f"r{s}"])), f"r{s}")
+                       for s, (req, cap) in enumerate(zip(drv.slots, orc.caps)) if req is not None)
+        parts = [drv.dummies, orc.dummies, tuple((p.num_free, p.num_reusable) for p in mgr.pools)]
+        for rid_ in [r for _, r in slots] + [r for r in seqs if r[0] == "w"]:
+            seq = seqs[rid_]
+            parts.append((_seq_counters(seq), tuple(tuple(name(g, b) for b in blocks)
+                                                     for g, blocks in enumerate(seq.blocks))))
+        parts.append(tuple(signature for signature, _ in slots))
+        cache = mgr._reuse
+        if cache is not None:
+            order = []
+            for g in range(len(mgr.pools)):
+                unheld = sorted((n.stamps[g], n.serial) for n in cache.page_node[g].values() if n.refs[g] == 0)
+                order.append({serial: i for i, (_, serial) in enumerate(unheld)})
+
+            def node(n):
+                kids = tuple(node(c) for _, c in sorted(n.children.items()))
+                return (n.tokens, tuple((name(g, p), n.refs[g], order[g].get(n.serial)) for g, p in enumerate(n.pages)),
+                        kids)
+
+            parts.append(tuple((scope, node(root)) for scope, root in sorted(cache.tree.roots.items(), key=repr)))
+        return hash(tuple(parts))
+
+    # ---- the search ---------------------------------------------------------------------------------------
+    def run(self, max_states: int | None = None) -> Report:
+        cfg, limit = self.cfg, max_states or self.cfg.max_states
+        report = Report(cfg)
+        start, cpu = time.perf_counter(), time.process_time()
+        empty = build(cfg)
+        drv0, orc0 = Driver((None,) * cfg.slots, None), oracle_model.empty(cfg.slots)
+        seen = {self.key(empty, drv0, orc0)}
+        frontier = [(self.snapshot(empty), drv0, orc0, None)]
+        kinds = set()
+        while frontier and len(seen) < limit:
+            report.depth += 1
+            nxt = []
+            for blob, drv, orc, path in frontier:
+                self._expand(blob, drv, orc, path, seen, nxt, report, kinds, limit)
+                if len(seen) >= limit:
+                    break
+            frontier = nxt
+        report.states = len(seen)
+        report.complete = not frontier
+        report.seconds = time.perf_counter() - start
+        report.cpu_seconds = time.process_time() - cpu
+        return report
+
+    def _expand(self, blob, drv, orc, path, seen, nxt, report, kinds, limit) -> None:
+        cfg, prompts = self.cfg, self.prompts
+        mgr, dirty, before = self.restore(blob), False, None
+        report.restores += 1
+        for op in enabled(cfg, prompts, drv, mgr):
+            if dirty:
+                mgr, dirty = self.restore(blob), False
+                report.restores += 1
+            fits, orc_next, _ = oracle_model.step(cfg, prompts, drv, orc, op) if self.oracle_on else (True, orc, 0)
+            report.sequences += 1
+            try:
+                drv_next = apply(mgr, cfg, prompts, drv, op)
+            except Refused:
+                if self.snapshot(mgr) != blob:
+                    before = before or observe(self.restore(blob))
+                    if observe(mgr) != before:
+                        self._violation(report, kinds, "refused-changed", f"refused {op} changed the manager",
+                                        path, op)
+                    dirty = True
+                if self.oracle_on and self.oracle_exact and fits and not op[0].endswith("?") and op[0] != "reset":
+                    self._violation(report, kinds, "oracle", f"{op} was refused; the oracle says it fits", path, op)
+                continue
+            except Exception as exc:  # noqa: BLE001 - any other exception is the finding
+                self._violation(report, kinds, "raised", f"{op} raised {exc!r}", path, op)
+                dirty = True
+                continue
+            dirty = True
+            problem = self._oracle_problem(mgr, drv_next, orc_next, fits, op) if self.oracle_on else None
+            if problem:
+                self._violation(report, kinds, "oracle", problem, path, op)
+                continue
+            k = self.key(mgr, drv_next, orc_next)
+            if k in seen:
+                continue
+            seen.add(k)
+            new_blob = self.snapshot(mgr)
+            problem = self._state_problem(mgr, new_blob)
+            if problem:
+                self._violation(report, kinds, problem[0], problem[1], path, op)
+                continue
+            try:
+                all_free_after_reset(mgr)
+            except Exception as exc:  # noqa: BLE001
+                self._violation(report, kinds, "free-all", f"after {op}, freeing all and resetting: {exc!r}", path, op)
+                continue
+            nxt.append((new_blob, drv_next, orc_next, (path, op)))
+            if len(seen) >= limit:
+                return
+
+    def _state_problem(self, mgr, blob: bytes) -> tuple[str, str] | None:
+        try:
+            check_books(mgr)
+            check_reused_tokens(mgr)
+        except AssertionError as exc:
+            return "books", str(exc)
+        try:
+            self._check_queries(mgr)
+        except AssertionError as exc:
+            return "query", str(exc)
+        except Exception as exc:  # noqa: BLE001 - a query (or the probe's dummy) raising is the finding
+            return "query", f"a query raised {exc!r}"
+        if self.snapshot(mgr) != blob and observe(mgr) != observe(self.restore(blob)):
+            return "query", "a query changed the manager"
+        return None
+
+    def _check_queries(self, mgr) -> None:
+        """What an engine asks between steps: counts that agree, an admission credit within what is held, V1's
+        available tokens from docs/semantics.md 3 (``min(bound, free blocks * tpb - E - drafts)``)."""
+        cfg, counts = self.cfg, mgr.get_block_counts()
+        assert mgr.get_num_free_blocks() == counts.free + counts.reusable, (mgr.get_num_free_blocks(), counts)
+        for prompt in self.prompts:
+            credit = mgr.count_reusable_blocks(list(prompt))
+            assert 0 <= credit <= min(counts.in_use, (len(prompt) - 1) // cfg.tpb), \
+                f"count_reusable_blocks({list(prompt)}) = {credit} with {counts.in_use} blocks held"
+        bound = mgr.max_seq_len
+        available = mgr.get_num_available_tokens(token_num_upper_bound=bound, max_num_draft_tokens=cfg.draft)
+        if cfg.version == "v1":
+            free = min(p.num_free + p.num_reusable for p in mgr.pools)
+            want = max(0, min(bound, free * cfg.tpb - cfg.extra - cfg.draft))
+            assert available == want, f"V1 get_num_available_tokens = {available}, docs/semantics.md 3 gives {want}"
+        assert 0 <= available <= bound, available
+        if not mgr.request_ids and available:
+            self._probe_page_boundary(mgr, available, bound)
+
+    def _probe_page_boundary(self, mgr, available: int, bound: int) -> None:
+        """With no request held, the answer is a promise warmup relies on (docs/semantics.md 4.2, 7): a generation
+        dummy of that many tokens (its drafts reserved) fits, and one a block longer does not, unless the answer
+        was the bound itself. Probed on a copy."""
+        cfg = self.cfg
+        for tokens, fits in ((available, True), (available + cfg.tpb, False)):
+            if not fits and (available == bound or tokens > bound):
+                break                   # the answer was the bound, or one block more is past max_seq_len
+            probe = self.restore(self.snapshot(mgr))
+            placed = probe.add_dummy_requests(["probe"], token_nums=[tokens], is_gen=True,
+                                              max_num_draft_tokens=cfg.draft) is not None
+            assert placed == fits, (f"get_num_available_tokens = {available} on an empty cache, and a generation "
+                                    f"dummy of {tokens} tokens {'does not fit' if fits else 'fits too'}")
+
+    def _oracle_problem(self, mgr, drv: Driver, orc, fits: bool, op) -> str | None:
+        cfg = self.cfg
+        if not fits:
+            return f"{op} was accepted; the oracle says it does not fit in {cfg.blocks} blocks"
+        for s, cap in enumerate(orc.caps):
+            if (cap is None) != (drv.slots[s] is None):
+                return f"after {op}: r{s} is {'not ' * (drv.slots[s] is None)}held, the oracle says otherwise"
+            if cap is not None and mgr.get_capacity(f"r{s}") != cap:
+                return f"after {op}: r{s} has capacity {mgr.get_capacity(f'r{s}')}, the oracle {cap}"
+        want = oracle_model.used(orc, cfg.tpb)
+        groups = range(len(mgr.pools)) if cfg.version == "v1" else self.full
+        for g in groups:
+            if mgr.pools[g].num_used - mgr.pools[g].num_reusable != want:
+                return (f"after {op}: group {g} holds {mgr.pools[g].num_used - mgr.pools[g].num_reusable} blocks, "
+                        f"the oracle {want}")
+        return None
+
+    def _violation(self, report, kinds, kind, message, path, op) -> None:
+        ops = _ops(path) + [op]
+        signature = (kind, op[0])
+        if signature in kinds:
+            return
+        kinds.add(signature)
+        report.violations.append(Violation(kind, message, ops))
+
+
+def _seq_counters(seq) -> tuple:
+    state = seq.reuse
+    return (seq.capacity, seq.history, seq.reserved_draft, tuple(seq.stale_done),
+            None if state is None else (state.started, state.stored_full, state.prepopulated))
+
+
+def _ops(path) -> list:
+    out = []
+    while path is not None:
+        path, op = path
+        out.append(op)
+    return out[::-1]
+
+
+def explain(report: Report) -> str:
+    """Each violation with its sequence as a plain test that replays it."""
+    return "\n\n".join(f"{v.kind}: {v.message}\n{replay_text(report.cfg, v)}" for v in report.violations)
