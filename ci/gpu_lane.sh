@@ -39,7 +39,9 @@ for k in "${run[@]}"; do
     echo "gpu_lane: stage $k is not between 1 and STAGES=$stages" >&2; exit 2
   fi
 done
-out=${OUT:-.}
+out=${OUT:-.kvcm/gpu-lane}   # its logs have fixed names: never a folder holding files this script did not write
+. "$(dirname "$0")/owned_dir.sh"
+own_out_dir "$out" "gpu_lane.sh (OUT)"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 lane=$(python3 -c "import torch; print('l0_h200' if 'H200' in torch.cuda.get_device_name() else 'l0_h100')" 2>/dev/null) || {
   echo "gpu_lane: no CUDA device (torch.cuda.get_device_name() failed or torch is missing); the GPU lane runs on an H100 or H200" >&2; exit 2; }

@@ -32,9 +32,12 @@
 # Needs KVCM_GSM8K_DIR and the wheels of ci/gpu_wheels.sh installed; every part but gemma needs KVCM_SMOLLM2_GGUF
 # (../shared/tools/gpu-stage's setup.sh sets it and KVCM_GSM8K_DIR), gemma needs KVCM_GEMMA3_GGUF (ci/gemma_stage.sh's
 # setup.sh sets it, KVCM_GSM8K_DIR and the wheels). BUDGET_S (default 560) bounds each part; the lane is interrupted (SIGINT: pytest
-# still prints its counts) rather than killed. Logs go to OUT (default .).
+# still prints its counts) rather than killed. Logs go to OUT (default .kvcm/figures; a folder that holds
+# files this script did not write is refused).
 set -uo pipefail
-out=${OUT:-.}
+out=${OUT:-.kvcm/figures}   # its logs have fixed names: never a folder holding files this script did not write
+. "$(dirname "$0")/owned_dir.sh"
+own_out_dir "$out" "h200_figures.sh (OUT)"
 budget=${BUDGET_S:-560}
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(throughput lane spec drift)   # gemma runs only when named (its model is staged apart)

@@ -7,6 +7,8 @@
 #   claim_dir DIR WHO     refuse DIR unless it is absent, empty or stamped; then remove it, create it empty and
 #                         stamp it (DIR/.kvcm-made-by holds WHO), so an interrupted build is still ours to redo
 #   check_own_dir DIR WHO the refusal alone (to refuse before a long download)
+#   own_out_dir DIR WHO   for a folder a script writes its logs into (OUT): refuse DIR unless it is absent, empty
+#                         or stamped, then create and stamp it, keeping what an earlier run of ours left there
 # Stamps accepted: .kvcm-made-by, and .kvcm-built-from (what finished venvs of earlier versions hold).
 
 check_own_dir() {
@@ -33,4 +35,11 @@ claim_dir() {
     rm -rf -- "$dir"
     mkdir -p -- "$dir"
     echo "$who" > "$dir/.kvcm-made-by"
+}
+
+own_out_dir() {
+    local dir=$1 who=$2
+    check_own_dir "$dir" "$who"
+    mkdir -p -- "$dir"
+    [[ -f "$dir/.kvcm-made-by" || -f "$dir/.kvcm-built-from" ]] || echo "$who" > "$dir/.kvcm-made-by"
 }
