@@ -78,7 +78,7 @@ class TieredReuseCache(QueuedReuseCache):
             return
         host = self.host[g]
         if not (self.onboard_blocks and seams.offloadable(node.priority, self.offload_min_priority)
-                and len(host.queue) > 0):
+                and len(host.queue) > 0) or self._front_host_block_is_above(g, node):
             super()._take_cached(g, page)
             return
         target = host.allocate(1)[0]                 # the host queue's front: empty, or a cached host block
@@ -98,6 +98,21 @@ class TieredReuseCache(QueuedReuseCache):
         host._used[target] = 1
         host.enqueue(target, seams.offloaded_priority(node.priority), node.duration_ms)
         self.offloaded += 1
+
+    def _front_host_block_is_above(self, g: int, node: Node) -> bool:
+        """Whether the host block an offload would take next holds an ancestor of ``node``: taking it drops
+        that ancestor with its descendants, ``node`` among them, so there is nothing left to offload and the GPU
+        block is evicted as without a tier (found by the exhaustive explorer: the offload then deleted a page the
+        drop had already taken out of the tree, a KeyError)."""
+        victim = self.host_node[g].get(self.host[g].queue.peek())
+        if victim is None:
+            return False
+        up = node.parent
+        while up is not None:
+            if up is victim:
+                return True
+            up = up.parent
+        return False
 
     def _drop_host_block(self, g: int, row: int) -> None:
         """The cached block on host page ``row`` (if any) leaves the tree with its descendants (``freeChildren``

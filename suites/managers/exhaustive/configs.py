@@ -39,11 +39,13 @@ class Config:
     window: int = 2
     window_offset: int = 0
     max_states: int = 5000       # the search stops at this many distinct states (or when nothing new is left)
+    host: int = 0                # V1's host tier (TensorRT-LLM's secondary pool): blocks a group, 0 = none
 
     @property
     def name(self) -> str:
         extra = f"-d{self.draft}" if self.draft else ""
         extra += f"-e{self.extra}" if self.extra else ""
+        extra += f"-h{self.host}" if self.host else ""
         return (f"{self.version}-{self.layout}-tpb{self.tpb}-b{self.blocks}-reuse_{self.reuse}-"
                 f"{'ids' if self.ids else 'noids'}-r{self.slots}{extra}")
 
@@ -97,8 +99,13 @@ def build(cfg: Config):
                                    index_head_dim=32, max_position_embeddings=1 << 16)
         mgr = _equal_pools(lambda c: kvcm.create_kv_cache_manager("v2", spec, c, **limits), cfg, cfg.tpb)
     elif cfg.version == "v1":
-        mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(
-            tokens_per_block=cfg.tpb, max_tokens=cfg.blocks * cfg.tpb, **REUSE[cfg.reuse]), **limits)
+        pool = dict(tokens_per_block=cfg.tpb, max_tokens=cfg.blocks * cfg.tpb, **REUSE[cfg.reuse])
+        mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool), **limits)
+        if cfg.host:   # host_cache_size in bytes: ``host`` blocks of every group (docs/semantics.md 11.6)
+            host_bytes = cfg.host * sum(g.bytes_per_block for g in mgr.layer_groups)
+            mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool, host_cache_size=host_bytes),
+                                               **limits)
+            assert mgr.get_host_block_counts(0).total == cfg.host, cfg
     else:
         mgr = _equal_pools(lambda c: kvcm.create_kv_cache_manager("v2", _spec(cfg), c, **limits), cfg, cfg.tpb)
     assert [g.num_blocks for g in mgr.layer_groups] == [cfg.blocks] * len(mgr.layer_groups), cfg
@@ -120,6 +127,9 @@ def default_configs() -> list[Config]:
         out.append(Config(version, "full", 2, 5, "off", ids=True, draft=1, extra=1, max_states=4000))
         out.append(Config(version, "full+window", 4, 6, "on", ids=True, window=2, window_offset=2,
                           extra=1, max_states=4000))
+    # V1's host tier: evicted blocks offload to 2 host blocks a group and onboard on a hit (and refresh_blocks)
+    out.append(Config("v1", "full", 2, 4, "on", ids=True, host=2, max_states=3000))
+    out.append(Config("v1", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000))
     for reuse, ids, draft in (("off", True, 0), ("on", True, 0), ("copy", True, 1), ("copy", False, 0)):
         out.append(Config("dsv4", "dsv4", 128, 4, reuse, ids=ids, draft=draft, max_states=3000))
     return out

@@ -81,6 +81,8 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
         ops.append(("free-unknown?", first_empty))
     ops += [("undummy",)] if drv.dummies else [("dummy", k) for k in DUMMIES] + [("bad-dummy?",)]
     ops.append(("reset",))
+    if cfg.host:
+        ops.append(("refresh",))
     return ops
 
 
@@ -160,6 +162,11 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
         for name in DUMMIES[drv.dummies][0]:
             m.free_resources(name)
         return Driver(drv.slots, None)
+    elif kind == "refresh":          # once a step upstream; with no retention durations it changes no count
+        before = [(p.num_free, p.num_reusable) for p in m.pools], m.get_host_block_counts(0)
+        m.refresh_blocks()
+        after = [(p.num_free, p.num_reusable) for p in m.pools], m.get_host_block_counts(0)
+        assert before == after, f"refresh_blocks with no durations moved the counts: {before} -> {after}"
     elif kind == "reset":
         if not m.reset_prefix_cache():
             raise Refused

@@ -97,6 +97,8 @@ class Explorer:
         slots = sorted(((req, cap, _seq_counters(seqs[f"r{s}"])), f"r{s}")
                        for s, (req, cap) in enumerate(zip(drv.slots, orc.caps)) if req is not None)
         parts = [drv.dummies, orc.dummies, tuple((p.num_free, p.num_reusable) for p in mgr.pools)]
+        if self.cfg.host:
+            parts.append(tuple(mgr.get_host_block_counts(g) for g in range(len(mgr.pools))))
         for rid_ in [r for _, r in slots] + [r for r in seqs if r[0] == "w"]:
             seq = seqs[rid_]
             parts.append((_seq_counters(seq), tuple(tuple(name(g, b) for b in blocks)
@@ -211,6 +213,12 @@ class Explorer:
         available tokens from docs/semantics.md 3 (``min(bound, free blocks * tpb - E - drafts)``)."""
         cfg, counts = self.cfg, mgr.get_block_counts()
         assert mgr.get_num_free_blocks() == counts.free + counts.reusable, (mgr.get_num_free_blocks(), counts)
+        for g in range(len(mgr.pools)) if cfg.host else ():   # the host tier: every block free or holding one
+            host = mgr.get_host_block_counts(g)
+            assert host.free + host.reusable == host.total == cfg.host and host.in_use == 0, (g, host)
+            stats = mgr.get_kv_cache_stats() if hasattr(mgr, "get_kv_cache_stats") else None
+            if stats is not None and hasattr(stats, "offloaded_blocks"):
+                assert stats.offloaded_blocks >= stats.onboarded_blocks, stats
         for prompt in self.prompts:
             credit = mgr.count_reusable_blocks(list(prompt))
             assert 0 <= credit <= min(counts.in_use, (len(prompt) - 1) // cfg.tpb), \
