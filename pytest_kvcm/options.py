@@ -56,7 +56,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--kvcm-exhaustive-scale", dest="kvcm_exhaustive_scale", type=float, default=1.0, metavar="FACTOR",
         help="multiply the state budget of every exhaustive-explorer configuration by FACTOR (> 0; default 1: "
-        "the default run's budgets; --kvcm-slow adds the deep configurations)",
+        "the default run's budgets; --kvcm-exhaustive-deep adds the deep configurations)",
+    )
+    group.addoption(
+        "--kvcm-exhaustive-deep", dest="kvcm_exhaustive_deep", action="store_true", default=False,
+        help="also run the exhaustive explorer's deep configurations (ten times the states, three requests at "
+        "once: tens of minutes on a CPU, so neither --kvcm-slow nor -m slow runs them without this)",
     )
 
     # lanes: lanes/stages.py, lanes/selection.py; then sharding.py

@@ -19,10 +19,21 @@ def _search(job: tuple[Config, float]) -> Report:
     return Explorer(cfg).run(max(2, round(cfg.max_states * scale)))
 
 
+def pytest_collection_modifyitems(config, items):
+    """The deep run only when asked for by name: it is tens of minutes on a CPU, too long for the slow set that
+    CI runs (``-m slow``)."""
+    if config.getoption("kvcm_exhaustive_deep"):
+        return
+    skip = pytest.mark.skip(reason="the explorer's deep run (tens of minutes on a CPU): --kvcm-exhaustive-deep runs it")
+    for item in items:
+        if item.originalname == "test_deep_explorer_finds_no_violation":
+            item.add_marker(skip)
+
+
 def _selected(session) -> list[Config]:
     out = []
     for item in session.items:
-        if item.get_closest_marker("skip") is not None:     # the deep run without --kvcm-slow
+        if item.get_closest_marker("skip") is not None:     # the deep run without --kvcm-slow or --kvcm-exhaustive-deep
             continue
         callspec = getattr(item, "callspec", None)
         cfg = callspec.params.get("cfg") if callspec else None

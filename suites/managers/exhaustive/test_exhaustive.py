@@ -1,8 +1,8 @@
 """The bounded exhaustive explorer of the managers (issue 39): every sequence of engine calls up to a bound, breadth
 first, on tiny configurations of V1, V2 and DeepSeek-V4, checked after every call (``search.py`` says what).
 
-The default run searches each configuration of ``default_configs`` up to its state budget; ``--kvcm-slow`` adds
-the deep run (``deep_configs``: ten times the states, three requests at once). A violation fails its
+The default run searches each configuration of ``default_configs`` up to its state budget; ``--kvcm-slow --kvcm-exhaustive-deep``
+adds the deep run (``deep_configs``: ten times the states, three requests at once). A violation fails its
 configuration's test with the shortest sequence that reaches it, written as a plain test to paste.
 """
 
