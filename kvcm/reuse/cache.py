@@ -14,7 +14,7 @@ import functools
 from .. import seams
 from .eviction import EvictionQueue
 from .stats import BlockCounts, ReuseCounters
-from .tree import Node, RadixTree
+from .tree import Node, RadixTree, deepest_first
 
 
 class ReuseCache:
@@ -156,12 +156,7 @@ class ReuseCache:
     def _detach_descendants(self, node: Node, g: int) -> None:
         """Take every descendant's page in group g out of the tree, deepest first: an unheld one goes free, a
         held one stays with its request as a private page (TensorRT-LLM detachDescendantsFromLookupTree)."""
-        found, stack = [], list(node.children.values())
-        while stack:
-            child = stack.pop()
-            found.append(child)
-            stack.extend(child.children.values())
-        for child in sorted(found, key=lambda n: -n.depth):
+        for child in deepest_first(node):
             if child.pages[g] >= 0:
                 self.unset_page(child, g, free=child.refs[g] == 0)
 

@@ -21,7 +21,7 @@ import torch
 from .. import seams
 from ..free_queue import DEFAULT_PRIORITY, QueuedBlockPool
 from .queued_cache import QueuedReuseCache
-from .tree import Node
+from .tree import Node, deepest_first
 
 
 def host_blocks(host_cache_size: int | None, bytes_per_block: int) -> int:
@@ -136,12 +136,7 @@ class TieredReuseCache(QueuedReuseCache):
     def _detach_subtree(self, node: Node, g: int) -> None:
         """As ``QueuedReuseCache._detach_subtree``, for descendants on either tier: a host descendant's page is
         empty where it waits in the host queue."""
-        found, stack = [], list(node.children.values())
-        while stack:
-            child = stack.pop()
-            found.append(child)
-            stack.extend(child.children.values())
-        for child in sorted(found, key=lambda n: -n.depth):
+        for child in deepest_first(node):
             if child.host[g] >= 0 and child.refs[g] == 0:
                 self._unset_host(child, g)
         super()._detach_subtree(node, g)

@@ -15,7 +15,7 @@ import functools
 
 from .. import seams
 from .cache import ReuseCache
-from .tree import Node
+from .tree import Node, deepest_first
 
 DEFAULT_PRIORITY = 35
 
@@ -115,13 +115,8 @@ class QueuedReuseCache(ReuseCache):
 
     def _detach_subtree(self, node: Node, g: int) -> None:
         """``detachDescendantsFromLookupTree`` for one group, deepest first."""
-        found, stack = [], list(node.children.values())
-        while stack:
-            child = stack.pop()
-            found.append(child)
-            stack.extend(child.children.values())
         pool = self.pools[g]
-        for child in sorted(found, key=lambda n: -n.depth):
+        for child in deepest_first(node):
             page = child.pages[g]
             if page < 0:
                 continue

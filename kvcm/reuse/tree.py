@@ -21,6 +21,17 @@ _by_serial = attrgetter("serial")
 _TOP = float("inf")      # above every token id: ``prefix + (_TOP,)`` bounds the tuples that start with ``prefix``
 
 
+def deepest_first(node: "Node") -> list["Node"]:
+    """Every descendant of ``node``, deepest first: the order in which a subtree leaves the tree, so a child
+    always goes before its parent (TensorRT-LLM's ``freeChildren`` / ``detachDescendantsFromLookupTree``)."""
+    found, stack = [], list(node.children.values())
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(child.children.values())
+    return sorted(found, key=lambda n: -n.depth)
+
+
 class Node:
     __slots__ = ("tokens", "parent", "children", "by_first", "pages", "refs", "stamps", "child_pages", "priority",
                  "duration_ms", "host", "depth", "serial")
