@@ -59,3 +59,14 @@ def test_dash_p_on_an_installed_plugin_registers_it_once(tmp_path):
                           capture_output=True, text=True, env=_env(), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "2 passed" in proc.stdout
+
+
+@pytest.mark.parametrize("selection", [[], ["-m", "slow"]], ids=["default", "slow"])
+def test_the_whole_project_collects_as_ci_runs_it(selection):
+    """Every collection hook meets every item kind: a hook in a suite's ``conftest.py`` sees README and docs code
+    blocks too (no ``originalname``), and one such hook once stopped CI at collection with an INTERNALERROR."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--kvcm-version=both", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", *selection], cwd=ROOT, capture_output=True, text=True,
+                          env=_env(), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "INTERNALERROR" not in proc.stdout + proc.stderr
