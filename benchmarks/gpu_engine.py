@@ -191,13 +191,10 @@ def warmup_reports(model, tok, device, dtype_name, max_batch_size, max_seq_len):
     # one token too large no longer fits (the historic defect, put back for the second pass)
     boundary_tokens, bsz = max_seq_len // 2, min(16, max_batch_size)
     log(f"== warmup on a page boundary: pool of {boundary_tokens} tokens (pages of 8) < S={max_seq_len}, B={bsz}")
-    import pytest
+    import kvcm.policy
     from pytest_kvcm.defects import build_registry
     for inject in (None, "gen-dummy-extra-token"):
-        mp = pytest.MonkeyPatch()
-        if inject:
-            build_registry()[inject].patch(mp)
-        try:
+        with kvcm.policy.applied(build_registry()[inject].policy() if inject else kvcm.policy.DEFAULT):
             for kvcm_version in ALL_VERSIONS:
                 for d in (0, 4):
                     llm = make_llm(model, tok, kvcm_version, dtype_name, device, max_batch_size=bsz,
@@ -208,8 +205,6 @@ def warmup_reports(model, tok, device, dtype_name, max_batch_size, max_seq_len):
                     llm.close()
                     del llm
                     free_cuda()
-        finally:
-            mp.undo()
     return rows
 
 

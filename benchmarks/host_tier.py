@@ -72,9 +72,8 @@ def arm(model, args, rounds, host_bytes):
 
 
 def copy_cost(llm, args, blocks: int):
-    """Seconds to copy ``blocks`` blocks host -> GPU pool (through the same seam the tier uses)."""
-    from kvcm import seams
-
+    """Seconds to copy ``blocks`` blocks host -> GPU pool (through the same decision the tier uses, the
+    manager policy's ``tier_copy``)."""
     pool = llm.manager.pools[0]
     host = llm.manager._reuse.host[0]
     if pool.storage is None or host.storage is None:
@@ -84,7 +83,7 @@ def copy_cost(llm, args, blocks: int):
     start = time.perf_counter()
     for i in range(n):
         for g, gpu in enumerate(llm.manager.pools):
-            seams.tier_copy(gpu.storage, i, llm.manager._reuse.host[g].storage, i)
+            llm.manager.policy.tier_copy(gpu.storage, i, llm.manager._reuse.host[g].storage, i)
     sync(args.device)
     return (time.perf_counter() - start) / max(n, 1)
 

@@ -22,7 +22,7 @@ _EXPORTS = {
     "MAX_LAYERS": "validation",
     "KVCacheManagerV1": "manager_v1",
     "KVCacheManagerV2": "manager_v2",
-    "LayerSpec": "model_spec", "ModelSpec": "model_spec", "Mapping": "parallel",
+    "LayerSpec": "model_spec", "ModelSpec": "model_spec", "Mapping": "parallel", "Policy": "policy",
     "WarmupReport": "warmup", "WarmupShape": "warmup", "cuda_graph_batch_sizes": "warmup", "plan_warmup": "warmup",
     "embedded_models": "embedded", "load_spec": "embedded",
     "BlockCounts": "reuse", "KvCacheRetentionConfig": "reuse", "TokenRangeRetentionConfig": "reuse", "KvCacheStats": "reuse", "RequestReuseStats": "reuse",
@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # what static tools and IDEs see; nothing here runs
     from .manager_v2 import KVCacheManagerV2
     from .model_spec import LayerSpec, ModelSpec
     from .parallel import Mapping
+    from .policy import Policy
     from .embedded import embedded_models, load_spec
     from .reuse import BlockCounts, KvCacheRetentionConfig, KvCacheStats, RequestReuseStats
     from .warmup import WarmupReport, WarmupShape, cuda_graph_batch_sizes, plan_warmup

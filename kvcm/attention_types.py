@@ -8,7 +8,7 @@ size of ``page_size`` tokens (``tokens_per_block``): the oldest token the in-fli
 
 * ``FullAttention``: every token, every page.
 * ``SlidingWindow(window, sink_tokens)``: the last ``window`` tokens plus the first ``sink_tokens``
-  (docs/semantics.md 4.1; ``seams.window_first_token``, ``seams.window_bound_blocks``).
+  (docs/semantics.md 4.1; its policy's ``window_first_token`` and ``window_bound_blocks``).
 * ``ChunkedLocal(chunk)``: the tokens of the query's own chunk of ``chunk`` positions, Llama 4's
   ``attention_chunk_size`` (vLLM ``v1/core/single_type_kv_cache_manager.py`` ``ChunkedLocalAttentionManager``:
   ``get_num_skipped_tokens(n) = n // chunk * chunk``, and ``find_longest_cache_hit`` looks up only the pages
@@ -21,9 +21,9 @@ size of ``page_size`` tokens (``tokens_per_block``): the oldest token the in-fli
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from . import seams
+from .policy import Policy, active
 from .units import ceil_div
 
 
@@ -73,6 +73,7 @@ class FullAttention(AttentionType):
 class SlidingWindow(AttentionType):
     window_tokens: int
     sink_tokens: int = 0
+    policy: Policy = field(default_factory=active, compare=False, repr=False)   # its window arithmetic's decisions
 
     kind = "sliding"
     releases_pages = True
@@ -85,14 +86,14 @@ class SlidingWindow(AttentionType):
         return ceil_div(self.sink_tokens, page_size)
 
     def first_live_token(self, history: int) -> int:
-        return max(0, seams.window_first_token(history, self.window_tokens))
+        return max(0, self.policy.window_first_token(history, self.window_tokens))
 
     def stale_range(self, history: int, page_size: int) -> tuple[int, int]:
         lo = min(ceil_div(history, page_size), self.sink_pages(page_size))
-        return lo, max(lo, seams.window_first_token(history, self.window_tokens) // page_size)
+        return lo, max(lo, self.policy.window_first_token(history, self.window_tokens) // page_size)
 
     def max_pages(self, page_size: int) -> int:
-        return seams.window_bound_blocks(self.window_tokens, page_size) + self.sink_pages(page_size)
+        return self.policy.window_bound_blocks(self.window_tokens, page_size) + self.sink_pages(page_size)
 
     def label(self) -> str:
         return f"window{self.window_tokens}"
@@ -126,10 +127,12 @@ class ChunkedLocal(AttentionType):
 TYPES = {"full": FullAttention, "sliding": SlidingWindow, "chunked": ChunkedLocal}
 
 
-def of_layer(window: int | None, sink_tokens: int = 0, chunk: int | None = None) -> AttentionType:
-    """The type of a layer as a ``LayerSpec`` gives it (a window, sink tokens, an attention chunk)."""
+def of_layer(window: int | None, sink_tokens: int = 0, chunk: int | None = None, policy: Policy | None = None
+             ) -> AttentionType:
+    """The type of a layer as a ``LayerSpec`` gives it (a window, sink tokens, an attention chunk); ``policy``:
+    the decisions of a sliding window's arithmetic (None: the active policy)."""
     if chunk is not None:
         return ChunkedLocal(chunk)
     if window is not None:
-        return SlidingWindow(window, sink_tokens)
+        return SlidingWindow(window, sink_tokens, active() if policy is None else policy)
     return FullAttention()

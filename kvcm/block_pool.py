@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import torch
 
+from .policy import resolve
+
 FLAGS_CHUNK = 1 << 16
 """In-use flags held from the start; a pool of at most this many pages has all of its flags at once."""
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, bytes_per_block: int, device: str | torch.device = "meta"):
+    def __init__(self, num_blocks: int, bytes_per_block: int, device: str | torch.device = "meta", *, policy=None):
+        """``policy``: the manager's decisions (None: the active policy), which a queued pool asks."""
+        self.policy = resolve(policy)
         self.num_blocks = int(num_blocks)
         self.bytes_per_block = int(bytes_per_block)
         self.device = torch.device(device)
@@ -96,6 +100,6 @@ class BlockPool:
         return 0 <= block < self._fresh and bool(self._used[block])
 
     def push_free(self, block: int) -> None:
-        """Put one page back without the double-release check (``kvcm.seams.release_block`` makes it)."""
+        """Put one page back without the double-release check (the policy's ``release_block`` makes it)."""
         self._used[block] = 0
         self._free.append(block)

@@ -19,13 +19,13 @@ from typing import Annotated, Literal
 import torch
 from pydantic import BeforeValidator, Field
 
-from . import seams
 from .config import KvCacheConfig
 from .constraints import NamedConstraint, longest_decode
 from .errors import ConfigError
 from .limits import Limits
 from .manager_v2 import KVCacheManagerV2
 from .model_spec import LayerSpec, ModelSpec, PositiveInt
+from .policy import resolve
 from .validation import MAX_LAYERS, MAX_LAYERS_WHY, _integer, config_dataclass
 
 
@@ -68,32 +68,33 @@ class DeepseekV4Spec:
                    cfg.get("_name_or_path") or "deepseek_v4",
                    num_attention_heads=int(cfg.get("num_attention_heads", 64)))
 
-    def layer_ratios(self, max_draft_len: int) -> tuple[int, ...]:
+    def layer_ratios(self, max_draft_len: int, policy=None) -> tuple[int, ...]:
         """Per cached layer its ratio: with drafts, ``D - 1`` MTP layers that repeat the last layer's ratio are
-        cached too (TensorRT-LLM's ``DeepseekV4CacheManager.__init__``)."""
-        extra = seams.v4_mtp_layers(max_draft_len)
+        cached too (TensorRT-LLM's ``DeepseekV4CacheManager.__init__``). ``policy``: None, the active one."""
+        extra = resolve(policy).v4_mtp_layers(max_draft_len)
         if len(self.compress_ratios) + extra > MAX_LAYERS:
             raise ConfigError("max_draft_len", max_draft_len, f"caches D - 1 MTP layers beside the model's "
                               f"{len(self.compress_ratios)}, at most {MAX_LAYERS} in all ({MAX_LAYERS_WHY})")
         return self.compress_ratios + (self.compress_ratios[-1],) * extra
 
     @staticmethod
-    def state_factor(ratio: int) -> int:
+    def state_factor(ratio: int, policy=None) -> int:
         """The ratio-4 compressor overlaps its windows: its states are twice as wide (``is_overlap_compressor``)."""
-        return seams.v4_state_factor(ratio)
+        return resolve(policy).v4_state_factor(ratio)
 
-    def indexer_entry_bytes(self) -> int:
+    def indexer_entry_bytes(self, policy=None) -> int:
         """One compressed indexer key: fp8 values plus one fp32 scale per 128 (``fp4``: packed E2M1 values
         plus one byte per 32), TensorRT-LLM's ``get_token_bytes`` for INDEXER_COMPRESS."""
-        return seams.v4_indexer_entry_bytes(self.index_head_dim, self.indexer_k_dtype)
+        return resolve(policy).v4_indexer_entry_bytes(self.index_head_dim, self.indexer_k_dtype)
 
-    def to_model_spec(self, max_draft_len: int) -> ModelSpec:
+    def to_model_spec(self, max_draft_len: int, policy=None) -> ModelSpec:
         """One LayerSpec per stored role, in TensorRT-LLM's order (``_build_cache_config``).
 
         Widths follow ``get_attn_dim``: the ratio-4 compressor overlaps its windows, so its compressor and
         indexer-compressor states are twice as wide; they are fp32 whatever the cache dtype. Compressed roles
         keep ``tpb // ratio`` entries a block. The KV dtype of SWA and COMPRESS comes from the cache config.
         """
+        policy = resolve(policy)
         w, d, hd, ihd = self.window_size + max_draft_len, max_draft_len, self.head_dim, self.index_head_dim
         roles: list[LayerSpec] = []
 
@@ -101,12 +102,12 @@ class DeepseekV4Spec:
             roles.append(LayerSpec(1, width, dtype or torch.bfloat16, window, compress_ratio=ratio, role=role,
                                    model_layer=layer, fixed_dtype=dtype is not None))
 
-        for i, r in enumerate(self.layer_ratios(max_draft_len)):
-            state = self.state_factor(r)
+        for i, r in enumerate(self.layer_ratios(max_draft_len, policy)):
+            state = self.state_factor(r, policy)
             add(i, "SWA", hd, window=w)
             if r == 4:
                 add(i, "COMPRESS", hd, ratio=4)
-                add(i, "INDEXER_COMPRESS", self.indexer_entry_bytes(), ratio=4, dtype=torch.float8_e4m3fn)
+                add(i, "INDEXER_COMPRESS", self.indexer_entry_bytes(policy), ratio=4, dtype=torch.float8_e4m3fn)
                 for role, width in (("COMPRESSOR_KV", hd), ("COMPRESSOR_SCORE", hd), ("INDEXER_COMPRESSOR_KV", ihd),
                                     ("INDEXER_COMPRESSOR_SCORE", ihd)):
                     add(i, role, state * width, window=state * r + d, dtype=torch.float32)
@@ -124,15 +125,16 @@ class DeepseekV4CacheManager(KVCacheManagerV2):
 
     def __init__(self, spec: DeepseekV4Spec | None = None, kv_cache_config: KvCacheConfig | None = None,
                  limits: Limits | None = None, *, free_memory_bytes: int | None = None, mapping=None,
-                 pp_rank: int = 0, **limit_fields):
+                 pp_rank: int = 0, policy=None, **limit_fields):
         spec = spec or DeepseekV4Spec()
+        policy = resolve(policy)
         cfg = kv_cache_config or KvCacheConfig(tokens_per_block=128)
         if cfg.tokens_per_block not in (128, 256):
             raise ConfigError("tokens_per_block", cfg.tokens_per_block, "DeepSeek-V4 needs 128 or 256")
         self.v4_spec = spec
         limits = Limits.of(limits, **limit_fields)
-        super().__init__(spec.to_model_spec(limits.max_draft_len), cfg, limits, free_memory_bytes=free_memory_bytes,
-                         mapping=mapping, pp_rank=pp_rank)
+        super().__init__(spec.to_model_spec(limits.max_draft_len, policy), cfg, limits,
+                         free_memory_bytes=free_memory_bytes, mapping=mapping, pp_rank=pp_rank, policy=policy)
 
     def _typical_seq_len(self) -> int:
         """V4 always builds a typical step (unless a pool ratio is set): ``avg_seq_len or max_seq_len``."""

@@ -11,9 +11,10 @@ for both caches and is left as it is. The draft's share is rounded down and the 
 """
 from __future__ import annotations
 
-from . import seams, versions
+from . import versions
 from .config import KvCacheConfig
 from .errors import ConfigError
+from .policy import resolve
 
 
 def _bytes_per_token(spec, cfg: KvCacheConfig) -> int:
@@ -33,13 +34,14 @@ def total_budget_bytes(cfg: KvCacheConfig, free_memory_bytes: int | None) -> int
     return min(out) if out else None
 
 
-def split_draft_budget(cfg: KvCacheConfig, target_spec, draft_spec, *,
-                       free_memory_bytes: int | None = None) -> tuple[KvCacheConfig, KvCacheConfig]:
-    """``(target config, draft config)`` whose byte budgets add up to ``cfg``'s."""
+def split_draft_budget(cfg: KvCacheConfig, target_spec, draft_spec, *, free_memory_bytes: int | None = None,
+                       policy=None) -> tuple[KvCacheConfig, KvCacheConfig]:
+    """``(target config, draft config)`` whose byte budgets add up to ``cfg``'s (``policy``: the engine's
+    ``draft_budget_shares``; None, the active one)."""
     total = total_budget_bytes(cfg, free_memory_bytes)
     if total is None:
         return cfg, cfg
-    target, draft = seams.draft_budget_shares(total, _bytes_per_token(target_spec, cfg),
+    target, draft = resolve(policy).draft_budget_shares(total, _bytes_per_token(target_spec, cfg),
                                               _bytes_per_token(draft_spec, cfg))
     return cfg.replace(max_gpu_total_bytes=target), cfg.replace(max_gpu_total_bytes=draft)
 

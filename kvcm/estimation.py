@@ -15,11 +15,12 @@ from typing import Callable
 
 import torch
 
-from . import seams
+from . import versions
 from .deprecation import renamed_keywords
 from .errors import BudgetExceededError
 from .factory import create_kv_cache_manager
 from .limits import Limits
+from .policy import resolve
 from .warmup import WarmupReport, plan_warmup
 
 
@@ -30,21 +31,33 @@ class Estimation:
     warmups: list[WarmupReport]
 
 
-def estimation_config(kv_cache_config):
+def estimation_config(kv_cache_config, policy=None):
     """The temporary cache's config, as TensorRT-LLM's ``KvCacheCreator.try_prepare_estimation`` rewrites it
-    (``seams.estimation_overrides``): no ``pool_ratio`` (a user's ratio could starve the cache warmup needs),
+    (the policy's ``estimation_overrides``; None: the active policy): no ``pool_ratio`` (a user's ratio could
+    starve the cache warmup needs),
     the budget ``min(fraction x free memory, max_gpu_total_bytes)``, the user's ``max_tokens`` as a cap; the
     callers set ``avg_seq_len = max_seq_len``. ``configure_kv_cache_capacity`` gives the final cache the user's
     fields back, which here is simply the user's own config."""
-    return kv_cache_config.replace(**seams.estimation_overrides(kv_cache_config))
+    return kv_cache_config.replace(**resolve(policy).estimation_overrides(kv_cache_config))
 
 
-def engine_estimation_config(kv_cache_config, max_seq_len: int, device):
+def engine_estimation_config(kv_cache_config, max_seq_len: int, device, policy=None):
     """What an engine builds its estimation cache from: the estimation config on a device whose free memory
     the budget comes from; on the CPU (whose "free memory" is the host's) the user's own config."""
     if torch.device(device).type == "cpu":
         return kv_cache_config
-    return estimation_config(kv_cache_config).replace(avg_seq_len=max_seq_len)
+    return estimation_config(kv_cache_config, policy).replace(avg_seq_len=max_seq_len)
+
+
+def final_cache_config(kv_cache_config, estimation: dict | None, report, policy=None):
+    """The final cache's config once the estimation cache is described and released: the user's own, unless the
+    policy's ``final_max_tokens_from_estimation`` caps ``max_tokens`` by the estimation run's largest dummy
+    workload on a version of TensorRT-LLM's estimation path (TensorRT-LLM PR #15881 removed that cap for V2)."""
+    if (not resolve(policy).final_max_tokens_from_estimation or estimation is None or report is None
+            or not versions.get(estimation["kvcm_version"]).trtllm_estimation_path or not report.long_token_nums):
+        return kv_cache_config
+    tokens = max(t + (s.batch_size - 1) * (1 + s.draft_len) for s, t in report.long_token_nums.items())
+    return kv_cache_config.replace(max_tokens=min(tokens, kv_cache_config.max_tokens or tokens))
 
 
 def release_device_memory() -> None:
@@ -71,22 +84,24 @@ def estimate(make_manager: Callable, est_config, *, warm: Callable | None = None
 @renamed_keywords(version="kvcm_version")
 def build_with_estimation(kvcm_version: str, model, kv_cache_config, limits: Limits | None = None, *,
                           warmup: bool = True, batch_sizes=None, draft_lens=None, two_model: bool = False,
-                          free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0,
+                          free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0, policy=None,
                           **limit_fields) -> Estimation:
     """Estimation cache, then final cache, each with the warmup plan (no forwards: the manager alone); with
-    ``mapping``, both are one rank's of pipeline stage ``pp_rank``."""
+    ``mapping``, both are one rank's of pipeline stage ``pp_rank``; ``policy``: both caches' decisions (None: the
+    active ones)."""
     limits = Limits.of(limits, **limit_fields)
+    policy = resolve(policy)
 
     def make(cfg):
         return create_kv_cache_manager(kvcm_version, model, cfg, limits, free_memory_bytes=free_memory_bytes,
-                                       mapping=mapping, pp_rank=pp_rank)
+                                       mapping=mapping, pp_rank=pp_rank, policy=policy)
 
     def warm(cache):
         return lambda mgr: plan_warmup(mgr, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model,
                                        cache=cache)
 
-    est_cfg = estimation_config(kv_cache_config).replace(avg_seq_len=limits.max_seq_len)
+    est_cfg = estimation_config(kv_cache_config, policy).replace(avg_seq_len=limits.max_seq_len)
     described, report = estimate(make, est_cfg, warm=warm("estimation") if warmup else None)
-    final = make(seams.final_cache_config(kv_cache_config, described, report))
+    final = make(final_cache_config(kv_cache_config, described, report, policy))
     warmups = [report, warm("final")(final)] if warmup else []
     return Estimation(described, final, warmups)

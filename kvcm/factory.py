@@ -27,14 +27,17 @@ def resolve_kvcm_version(kvcm_version: str, model) -> str:
 
 @renamed_keywords(version="kvcm_version")
 def create_kv_cache_manager(kvcm_version: str, model, kv_cache_config=None, limits: Limits | None = None, *,
-                            free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0, **limit_fields):
+                            free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0, policy=None,
+                            **limit_fields):
     """A ``kvcm_version`` manager for ``model``, sized by ``kv_cache_config`` for ``limits`` (a ``kvcm.Limits``,
     or its fields as keywords: ``max_batch_size=64, max_seq_len=4096, ...``, as before ``Limits`` existed).
     ``version=`` is the deprecated spelling of ``kvcm_version=``. ``mapping`` (a ``kvcm.Mapping``) and ``pp_rank``:
-    the cache of one rank of a parallel deployment (``kvcm.parallel``)."""
+    the cache of one rank of a parallel deployment (``kvcm.parallel``). ``policy``: the manager's decisions
+    (a ``kvcm.policy.Policy``; None: the active one)."""
     resolved = resolve_kvcm_version(kvcm_version, model)
     limits = Limits.of(limits, **limit_fields)
     if isinstance(model, DeepseekV4Spec):
         return DeepseekV4CacheManager(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes,
-                                      mapping=mapping, pp_rank=pp_rank)
-    return versions.get(resolved).cls(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes, mapping=mapping, pp_rank=pp_rank)
+                                      mapping=mapping, pp_rank=pp_rank, policy=policy)
+    return versions.get(resolved).cls(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes,
+                                      mapping=mapping, pp_rank=pp_rank, policy=policy)

@@ -19,7 +19,6 @@ import heapq
 import itertools
 import time
 
-from . import seams
 from .block_pool import BlockPool
 
 DEFAULT_PRIORITY = 35
@@ -176,8 +175,8 @@ class QueuedBlockPool(BlockPool):
     count), ``num_available`` both. ``on_take(page)`` (set by the reuse cache) is told when an allocation takes
     a queued page, so a cached one leaves the tree first."""
 
-    def __init__(self, num_blocks: int, bytes_per_block: int, device="meta"):
-        super().__init__(num_blocks, bytes_per_block, device)
+    def __init__(self, num_blocks: int, bytes_per_block: int, device="meta", *, policy=None):
+        super().__init__(num_blocks, bytes_per_block, device, policy=policy)
         self.queue = FreeBlockQueue(self.num_blocks)
         self.on_take = None
         self.on_expire = None                  # told of a queued page whose priority fell back to 35
@@ -254,7 +253,7 @@ class QueuedBlockPool(BlockPool):
         return self.queue.queued()
 
     def push_free(self, block: int) -> None:
-        """One page back without the double-release check (``kvcm.seams.release_block`` makes it)."""
+        """One page back without the double-release check (the policy's ``release_block`` makes it)."""
         self._used[block] = 0
         if block in self.queue:
             self.queue.push_again(block)
@@ -281,9 +280,9 @@ class QueuedBlockPool(BlockPool):
         now, out = self.clock(), []
         while self._expiring and self._expiring[0][0] <= now:
             _, _, block, key = heapq.heappop(self._expiring)
-            if seams.timer_live(key, self.queue.key(block)):
+            if self.policy.timer_live(key, self.queue.key(block)):
                 self.queue.remove(block)
-                self.queue.push(block, DEFAULT_PRIORITY, front=seams.expired_to_front())
+                self.queue.push(block, DEFAULT_PRIORITY, front=self.policy.expired_to_front)
                 out.append(block)
                 if self.on_expire is not None:
                     self.on_expire(block)

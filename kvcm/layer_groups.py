@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import seams
 from .attention_types import AttentionType, of_layer
 from .model_spec import ModelSpec
+from .policy import Policy, resolve
 from .units import ceil_div
 
 
@@ -59,30 +59,34 @@ class LayerGroup:
         return self.attention.max_pages(tpb)
 
 
-def build_layer_groups(spec: ModelSpec, tpb: int) -> list[LayerGroup]:
+def build_layer_groups(spec: ModelSpec, tpb: int, policy: Policy | None = None) -> list[LayerGroup]:
     """Group layers by life cycle, numbered in order of first appearance, as TensorRT-LLM's
-    ``LifeCycleRegistry`` numbers them (``seams.life_cycle_order``): a ``pool_ratio`` copied from a real config
-    weights the same groups.
+    ``LifeCycleRegistry`` numbers them (the policy's ``life_cycle_order``): a ``pool_ratio`` copied from a real
+    config weights the same groups. ``policy``: the manager's (None: the active policy).
 
-    A life cycle is (window, sink *blocks*), as ``AttnLifeCycle`` keys it (``seams.life_cycle``): layers whose
+    A life cycle is (window, sink *blocks*), as ``AttnLifeCycle`` keys it (``policy.life_cycle``): layers whose
     sink tokens round up to the same number of blocks share one group, which keeps ``sink_blocks * tpb`` sink
     tokens.
     """
+    policy = resolve(policy)
     members: dict[tuple, list[int]] = {}
     for i, layer in enumerate(spec.layers):   # a chunked layer's life cycle is its chunk (it has no window)
-        key = seams.life_cycle(layer.sliding_window, layer.sink_tokens, tpb)
+        key = policy.life_cycle(layer.sliding_window, layer.sink_tokens, tpb)
         if layer.attention_chunk is not None:
             key = (*key, layer.attention_chunk)
         members.setdefault(key, []).append(i)
     groups = []
-    for gi, key in enumerate(seams.life_cycle_order(list(members))):
+    keys = list(members)
+    if policy.life_cycle_order == "full_first":
+        keys.sort(key=lambda key: key[0] is not None)
+    for gi, key in enumerate(keys):
         offsets, offset = {}, 0
         for li in members[key]:
             offsets[li] = offset
             offset += spec.layers[li].bytes_per_block(tpb)
         first = spec.layers[members[key][0]]
         window, sink_tokens = key[0], ceil_div(first.sink_tokens, tpb) * tpb
-        attention = of_layer(window, sink_tokens, first.attention_chunk)
+        attention = of_layer(window, sink_tokens, first.attention_chunk, policy)
         groups.append(LayerGroup(gi, tuple(members[key]), window, sink_tokens, offset, offsets,
                                  name=attention.label(), attention=attention))
     return groups

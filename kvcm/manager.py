@@ -21,7 +21,9 @@ from .layer_groups import LayerGroup, build_layer_groups
 from .limits import MAX_BATCH_SIZE, Limits  # noqa: F401  (MAX_BATCH_SIZE: kvcm.MAX_BATCH_SIZE)
 from .model_spec import ModelSpec
 from .reuse.api import ReuseMixin
-from . import seams
+from .parallel import Mapping
+from .policy import resolve as resolve_policy
+from .policy.warmup import released
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,10 @@ class BaseKVCacheManager(ReuseMixin):
     version = renamed_attribute("kvcm_version")
 
     def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, limits: Limits | None = None,
-                 *, free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0, **limit_fields):
+                 *, free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0, policy=None, **limit_fields):
         """``limits`` (a ``kvcm.Limits``), or its fields as keywords (``max_batch_size=..., max_seq_len=...``).
+        ``policy`` (a ``kvcm.policy.Policy``; None: the active one, ``kvcm.policy.active()``): the decisions this
+        manager, its pools and its reuse cache make, kept for their life.
         ``mapping`` (a ``kvcm.Mapping``): size the cache of one rank of pipeline stage ``pp_rank`` of a parallel
         deployment (its layers and its share of the KV heads, ``ModelSpec.for_rank``); ``free_memory_bytes`` is
         then that rank's GPU's."""
@@ -73,9 +77,10 @@ class BaseKVCacheManager(ReuseMixin):
         if kv_cache_config is not None and not isinstance(kv_cache_config, KvCacheConfig):
             raise ConfigError("kv_cache_config", type(kv_cache_config).__name__, "must be a kvcm.KvCacheConfig or None")
         cfg = kv_cache_config or KvCacheConfig()
+        self.policy = resolve_policy(policy)
         _check_mapping(mapping, pp_rank)
         if mapping is not None:
-            model = model.for_rank(mapping, pp_rank)
+            model = model.for_rank(mapping, pp_rank, policy=self.policy)
         self.mapping, self.pp_rank = mapping, pp_rank
         self.limits = Limits.of(limits, **limit_fields)
         free_memory_bytes = validation.optional_count("free_memory_bytes", free_memory_bytes)
@@ -97,7 +102,8 @@ class BaseKVCacheManager(ReuseMixin):
                                   + (f" (max_tokens={cfg.max_tokens} is under one block of {cfg.tokens_per_block} tokens)"
                                      if cfg.max_tokens is not None and cfg.max_tokens < cfg.tokens_per_block else ""))
             g.num_blocks = n
-        self.pools = [self._pool_class(g.num_blocks, g.bytes_per_block, self.device) for g in self.layer_groups]
+        self.pools = [self._pool_class(g.num_blocks, g.bytes_per_block, self.device, policy=self.policy)
+                      for g in self.layer_groups]
         self.stale_released = [0] * len(self.pools)   # pages V2 gave back as they left a window, per group
         self._seqs: dict[object, _Sequence] = {}
         self._views: dict[int, torch.Tensor] = {}
@@ -113,7 +119,7 @@ class BaseKVCacheManager(ReuseMixin):
 
     # ---- sizing, overridden ---------------------------------------------------------------------------------
     def _build_groups(self) -> list[LayerGroup]:
-        return build_layer_groups(self.model, self.tokens_per_block)
+        return build_layer_groups(self.model, self.tokens_per_block, self.policy)
 
     def _size_pools(self) -> list[int]:
         raise NotImplementedError
@@ -155,8 +161,8 @@ class BaseKVCacheManager(ReuseMixin):
 
     def get_num_free_blocks(self) -> int:
         """Free blocks of the most constrained full-attention group (any group when none is full); cached
-        blocks no request holds count as free, as TensorRT-LLM and vLLM report them (``seams.free_blocks``)."""
-        free = seams.free_blocks
+        blocks no request holds count as free, as TensorRT-LLM and vLLM report them (``policy.free_blocks``)."""
+        free = self.policy.free_blocks
         full = [free(p.num_free, p.num_reusable) for g, p in zip(self.layer_groups, self.pools) if g.is_full]
         return min(full or [free(p.num_free, p.num_reusable) for p in self.pools])
 
@@ -262,12 +268,12 @@ class BaseKVCacheManager(ReuseMixin):
         All or nothing: the whole call is checked before anything is allocated (bad values raise ``ConfigError``),
         a lack of pages returns None, and any exception while placing releases every dummy this call made.
         """
-        request_ids, token_nums, is_gen, drafts, reserve = seams.checked_dummy_call(
+        request_ids, token_nums, is_gen, drafts, reserve = self.policy.checked_dummy_call(
             request_ids, token_nums, is_gen, max_num_draft_tokens, kv_reserve_draft_tokens, self.max_seq_len)
         held = [rid for rid in request_ids if rid in self._seqs]
         if held:
             raise ConfigError("request_ids", held[0], "is already held by this manager; nothing was allocated")
-        slots = seams.dummy_draft_slots(reserve, is_gen)
+        slots = reserve + self.policy.gen_dummy_extra_slots if is_gen else reserve
         if self._would_evict_in_vain(token_nums, is_gen, slots):
             return None
         made, out = [], []
@@ -276,12 +282,12 @@ class BaseKVCacheManager(ReuseMixin):
                 self._new_seq(rid)
                 made.append(rid)
                 if not self._place_dummy(rid, token_num, is_gen, slots):
-                    self._release_all(seams.dummies_released(made, raised=False))
+                    self._release_all(released(made, self.policy.dummies_released_when_refused))
                     return None
                 prompt_len = token_num - 1 if is_gen else token_num
                 out.append(DummyRequest(rid, token_num, prompt_len, is_gen, drafts, self.get_capacity(rid)))
         except BaseException:
-            self._release_all(seams.dummies_released(made, raised=True))
+            self._release_all(released(made, self.policy.dummies_released_when_raised))
             raise
         return out
 
@@ -296,7 +302,7 @@ class BaseKVCacheManager(ReuseMixin):
         """A batch that cannot fit where cached blocks would be evicted to place its first dummies: refused
         before any is placed, since an eviction is not undone by releasing the dummies (a refused call changes
         nothing, issue 39). Elsewhere the dummies are placed one by one, and a failure releases every one made."""
-        if not seams.dummy_batch_checked_first() or not any(pool.num_reusable for pool in self.pools):
+        if not self.policy.dummy_batch_checked_first or not any(pool.num_reusable for pool in self.pools):
             return False
         needs = [0] * len(self.pools)
         for token_num in token_nums:
@@ -347,8 +353,6 @@ def _batch_summary(batch: BatchDesc) -> list[dict]:
 def _check_mapping(mapping, pp_rank) -> None:
     """A ``mapping`` that is a ``kvcm.Mapping`` (a dict of its fields used to end in an ``AttributeError``), and a
     ``pp_rank`` only with one (without, the manager is one GPU's and ``pp_rank`` was silently ignored)."""
-    from .parallel import Mapping
-
     if mapping is None:
         if pp_rank != 0:
             raise ConfigError("pp_rank", pp_rank, "needs a mapping (kvcm.Mapping(pp_size=...)); without one the cache "

@@ -15,7 +15,6 @@ from .free_queue import QueuedBlockPool
 from .reuse.policy import V1Policy
 from .reuse.host_tier import TieredReuseCache, host_blocks
 from .reuse.queued_cache import QueuedReuseCache
-from . import seams
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
@@ -33,7 +32,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
             return super()._make_reuse_cache()
         return TieredReuseCache(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups),
                                 num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
-                                offload_min_priority=cfg.offload_min_priority)
+                                offload_min_priority=cfg.offload_min_priority, policy=self.policy)
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block
@@ -41,7 +40,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
         budgets = self._budget_candidates()
         candidates = {name: b // bytes_per_block for name, b in budgets.items()}
         if cfg.max_tokens is not None:  # whole blocks only, as TensorRT-LLM's calculate_max_num_blocks floors
-            candidates["max_tokens"] = seams.v1_blocks_for_max_tokens(cfg.max_tokens, tpb)
+            candidates["max_tokens"] = self.policy.v1_blocks_for_max_tokens(cfg.max_tokens, tpb)
         blocks = min(candidates.values())
         if cfg.max_tokens is not None:
             budgets["max_tokens"] = candidates["max_tokens"] * bytes_per_block
@@ -69,7 +68,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
             for blocks, pages in zip(seq.blocks, taken):
                 blocks.extend(pages)
         elif target < have:
-            front = seams.rewind_to_front()                                       # removeToken
+            front = self.policy.rewind_to_front                                       # removeToken
             for g, (blocks, pool) in enumerate(zip(seq.blocks, self.pools)):
                 if seq.reuse is None or self._reuse is None:
                     pool.release(blocks[target:], front=front)
@@ -170,8 +169,10 @@ class KVCacheManagerV1(BaseKVCacheManager):
             token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
             validation.count("batch_size", batch_size, 1)
             max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
-        free = min(seams.free_blocks(pool.num_free, pool.num_reusable) for pool in self.pools)
-        available = free * self.tokens_per_block - seams.available_extra(self.num_extra_kv_tokens, max_num_draft_tokens)
+        policy = self.policy
+        free = min(policy.free_blocks(pool.num_free, pool.num_reusable) for pool in self.pools)
+        available = (free * self.tokens_per_block
+                     - policy.available_extra(self.num_extra_kv_tokens, max_num_draft_tokens))
         return max(0, min(token_num_upper_bound, available))
 
     def _dummy_blocks(self, token_num: int, is_gen: bool, reserve: int) -> list[int]:

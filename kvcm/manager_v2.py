@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 
 from .config import KVCacheDesc
-from .constraints import NamedConstraint, split_quota, split_weights, tokens_quota_per_group, typical_step_batch
+from .constraints import (NamedConstraint, generic_constraints, longest_decode, split_quota, split_weights,
+                          tokens_quota_per_group, typical_step_batch)
 from . import validation
 from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .reuse.policy import V2Policy
-from . import seams
+from .storage_quota import plan_storage
 
 
 class KVCacheManagerV2(BaseKVCacheManager):
@@ -29,7 +30,10 @@ class KVCacheManagerV2(BaseKVCacheManager):
         return self.kv_cache_config.avg_seq_len
 
     def _named_constraints(self) -> list[NamedConstraint]:
-        return seams.generic_v2_constraints(self.limits)
+        policy, limits = self.policy, self.limits
+        named = generic_constraints(limits if policy.generic_v2_context_counts_extra
+                                    else limits.replace(num_extra_kv_tokens=0))
+        return named + [longest_decode(limits)] if policy.generic_v2_longest_decode else named
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block
@@ -40,7 +44,9 @@ class KVCacheManagerV2(BaseKVCacheManager):
             t = self._typical_seq_len()
             self.typical_step = None if t is None else typical_step_batch(t, self.limits)
         else:  # an explicit ratio is used as given: no floors, no typical step
-            named = seams.pool_ratio_floors(self._named_constraints())
+            named = self._named_constraints()
+            if not (self.policy.pool_ratio_keeps_v4_floors and any(c.name == "longest_decode" for c in named)):
+                named = []
         self.constraint_names = [c.name for c in named]
         self.constraints = [c.batch for c in named]
         budgets = self._budget_candidates()
@@ -65,11 +71,9 @@ class KVCacheManagerV2(BaseKVCacheManager):
         """The pools TensorRT-LLM's storage manager would build for this manager's groups, constraints, typical
         step (or ``pool_ratio``) and budget: grain-rounded, floors kept, enlarged past the budget when the floors
         need it (``kvcm.storage_quota``, docs/semantics.md 4.4)."""
-        from .storage_quota import plan_storage
-
         return plan_storage(self.model, self.layer_groups, self.tokens_per_block, self.budget_bytes,
                             constraints=self.constraints, typical_step=self.typical_step,
-                            pool_ratio=self.kv_cache_config.pool_ratio)
+                            pool_ratio=self.kv_cache_config.pool_ratio, policy=self.policy)
 
     # ---- the per-request cache ------------------------------------------------------------------------------
     def add_request(self, request_id) -> None:
@@ -173,7 +177,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
             if created:
                 self.free_resources(request_id)
             elif seq.reuse is not None:   # a refused first chunk leaves the match HELD, as it was
-                seq.reuse.started = seams.started_after_refused_chunk(started)
+                seq.reuse.started = started if self.policy.refused_chunk_restores_started else True
             raise
 
     def end_context_chunk(self, request_id, history: int) -> None:
@@ -236,8 +240,8 @@ class KVCacheManagerV2(BaseKVCacheManager):
             token_num_upper_bound = validation.count("token_num_upper_bound", token_num_upper_bound)
             batch_size = validation.count("batch_size", batch_size, 1)
             max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
-        extra = seams.available_extra(self.num_extra_kv_tokens, max_num_draft_tokens)
-        result = self._clamp(batch_size, seams.clamp_bound(token_num_upper_bound, extra), extra) - extra
+        extra = self.policy.available_extra(self.num_extra_kv_tokens, max_num_draft_tokens)
+        result = self._clamp(batch_size, self.policy.clamp_bound(token_num_upper_bound, extra), extra) - extra
         if self.kv_cache_config.max_tokens is not None:
             result = min(result, self.kv_cache_config.max_tokens - extra)
         return max(0, result)
@@ -251,11 +255,16 @@ class KVCacheManagerV2(BaseKVCacheManager):
         """
         tpb = self.tokens_per_block
         shorts = batch_size - 1
-        avail = [seams.clamp_blocks(g.num_blocks, pool.num_free, g.blocks_needed(1, 1, tpb) * shorts)
+        avail = [self.policy.clamp_blocks(g.num_blocks, pool.num_free, g.blocks_needed(1, 1, tpb) * shorts)
                  for g, pool in zip(self.layer_groups, self.pools)]
         if any(a < 1 for a in avail):
             return 0
-        needed = seams.clamp_blocks_needed
+        if self.policy.clamp_skips_stale_pages:
+            def needed(g, capacity, history, tpb):
+                return g.blocks_needed(capacity, history, tpb)
+        else:               # every block of the sequence, the stale window blocks too
+            def needed(g, capacity, history, tpb):
+                return ceil_div(capacity, tpb)
 
         def fits(capacity: int) -> bool:
             history = max(0, capacity - extra - 1)

@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, Field, Strict
 
 from .config import dtype_bytes, resolve_dtype
 from .errors import ConfigError
+from .parallel import shard
 from .versions import NAMES
 from .validation import MAX_LAYERS, MAX_LAYERS_WHY, Int, config_dataclass, count
 
@@ -105,12 +106,11 @@ class ModelSpec:
     def bytes_per_token(self) -> int:
         return sum(layer.bytes_per_token for layer in self.layers)
 
-    def for_rank(self, mapping, pp_rank: int = 0) -> "ModelSpec":
+    def for_rank(self, mapping, pp_rank: int = 0, policy=None) -> "ModelSpec":
         """What one rank of pipeline stage ``pp_rank`` stores under ``mapping`` (a ``kvcm.parallel.Mapping``):
-        its stage's layers, each with its share of the KV heads (``kvcm.parallel.shard``)."""
-        from .parallel import shard
-
-        return shard(self, mapping, pp_rank)
+        its stage's layers, each with its share of the KV heads (``kvcm.parallel.shard``; ``policy``: the
+        manager's decisions, None the active ones)."""
+        return shard(self, mapping, pp_rank, policy)
 
     def with_dtype(self, dtype) -> "ModelSpec":
         """The same layers with every KV stored in ``dtype`` (the cache config's dtype)."""

@@ -16,7 +16,8 @@ A model served on ``tp_size x pp_size`` GPUs is cut two ways (TensorRT-LLM ``ten
   tp_size`` separate pools, each its own requests.
 
 The per-rank sizing is then the single-GPU sizing of a smaller model (:func:`shard`), so V1, V2 and DeepSeek-V4
-managers size a rank exactly as they size one GPU. Each seam of the split lives in ``kvcm.seams``.
+managers size a rank exactly as they size one GPU. The split's decisions (KV heads a rank keeps, whether a latent
+is split) are the manager's policy's (``kvcm.policy``: ``kv_heads_per_rank``, ``latent_sharded``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from typing import Annotated
 
 from pydantic import Field, Strict
 
-from . import seams
 from .errors import ConfigError
+from .policy import resolve
 from .validation import Int, config_dataclass
 
 PositiveInt = Annotated[Int, Field(ge=1, description="must be an integer >= 1")]
@@ -127,16 +128,17 @@ def num_model_layers(spec) -> int:
     return max(model_layer_of(spec, i) for i in range(len(spec.layers))) + 1
 
 
-def shard_layer(layer, attn_tp: int):
+def shard_layer(layer, attn_tp: int, policy=None):
     """One layer as one rank stores it: its share of the KV heads, or the whole latent (MLA, V4 roles)."""
+    policy = resolve(policy)
     if layer.is_mla or layer.role != "KV":
-        ways = seams.latent_ways(attn_tp)
+        ways = attn_tp if policy.latent_sharded else 1
         if ways == 1:
             return layer
         return replace(layer, head_dim=max(1, layer.head_dim // ways),
                        kv_lora_rank=None if layer.kv_lora_rank is None else max(1, layer.kv_lora_rank // ways),
                        qk_rope_head_dim=None if layer.qk_rope_head_dim is None else layer.qk_rope_head_dim // ways)
-    heads = seams.kv_heads_per_rank(layer.num_kv_heads, attn_tp)
+    heads = policy.kv_heads_per_rank(layer.num_kv_heads, attn_tp)
     if heads < 1:
         raise ConfigError("num_kv_heads", heads, f"per rank must be >= 1 ({layer.num_kv_heads} KV heads over "
                           f"{attn_tp} attention-TP ranks)")
@@ -153,11 +155,13 @@ def stage_layers(spec, mapping: Mapping, pp_rank: int) -> list[int]:
             if model_layer_of(spec, i) in local or (last and model_layer_of(spec, i) >= n)]
 
 
-def shard(spec, mapping: Mapping, pp_rank: int = 0):
+def shard(spec, mapping: Mapping, pp_rank: int = 0, policy=None):
     """The ``ModelSpec`` one rank of stage ``pp_rank`` sizes its cache for (every TP rank of a stage holds the
-    same shape). Checks the mapping against the model first; ``ConfigError`` names the field and the limit."""
+    same shape). Checks the mapping against the model first; ``ConfigError`` names the field and the limit.
+    ``policy``: the manager's (None: the active one)."""
+    policy = resolve(policy)
     check_heads(mapping, spec.num_attention_heads)
     keep = stage_layers(spec, mapping, pp_rank)
-    layers = tuple(shard_layer(spec.layers[i], mapping.attn_tp_size) for i in keep)
+    layers = tuple(shard_layer(spec.layers[i], mapping.attn_tp_size, policy) for i in keep)
     return replace(spec, layers=layers, num_model_layers=num_model_layers(spec))
 

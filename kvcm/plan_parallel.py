@@ -15,6 +15,7 @@ Only the standard library at module level, like :mod:`kvcm.plan`: a bad ``--tp``
 
 from __future__ import annotations
 
+from .policy import of as policy_of
 from .units import human_bytes as size
 
 _OPTION = {"tp_size": "--tp", "pp_size": "--pp", "enable_attention_dp": "--attention-dp"}
@@ -99,8 +100,6 @@ def build_stages(spec, mapping, cfg, build, common_max_tokens: bool) -> list:
     on a byte quota, not on tokens)."""
     if mapping is None:
         return [build(0, cfg)]
-    from . import seams
-
     stages = Stages.of(spec, mapping)
     built: dict = {}
 
@@ -113,7 +112,7 @@ def build_stages(spec, mapping, cfg, build, common_max_tokens: bool) -> list:
     out = [once(r, cfg) for r in range(mapping.pp_size)]
     if not common_max_tokens or len(out) == 1:
         return out
-    agreed = seams.rank_tokens([s.manager.max_tokens for s in out])
+    agreed = policy_of(out[0].manager).rank_tokens([s.manager.max_tokens for s in out])
     return [s if s.manager.max_tokens == tokens else once(r, cfg.replace(max_tokens=tokens))
             for r, (s, tokens) in enumerate(zip(out, agreed))]
 

@@ -15,13 +15,13 @@ The rule, per request, in pages of ``page_size`` tokens, all groups drawing from
   settles, so its window cannot hold two chunks at once (vLLM issue #49878 discusses the two-batch bound that
   vLLM PR #47728 introduced for async scheduling);
 * the pool holds back ``reserved_pages`` from every request (vLLM's null block, SGLang's padding page 0), which
-  no request can use (``seams.startup_usable_pages``).
+  no request can use (the policy's ``startup_usable_pages``, ``kvcm.policy``).
 """
 
 from __future__ import annotations
 
-from . import seams
 from .errors import ConfigError
+from .policy import resolve
 from .units import ceil_div
 
 
@@ -41,10 +41,11 @@ def needed_pages(page_size: int, max_model_len: int, windows=(None,), max_num_ba
 
 
 def accepts(num_pages: int, page_size: int, max_model_len: int, *, windows=(None,), reserved_pages: int = 0,
-            max_num_batched_tokens: int | None = None) -> bool:
-    """True when a pool of ``num_pages`` (reserved pages included) can serve one ``max_model_len`` request."""
+            max_num_batched_tokens: int | None = None, policy=None) -> bool:
+    """True when a pool of ``num_pages`` (reserved pages included) can serve one ``max_model_len`` request
+    (``policy``: None, the active one)."""
     need = needed_pages(page_size, max_model_len, windows, max_num_batched_tokens)
-    return seams.startup_usable_pages(num_pages, reserved_pages) >= need
+    return resolve(policy).startup_usable_pages(num_pages, reserved_pages) >= need
 
 
 def check(num_pages: int, page_size: int, max_model_len: int, *, windows=(None,), reserved_pages: int = 0,

@@ -18,12 +18,11 @@ request, each in grain-rounded bytes; an explicit ``pool_ratio`` is used as give
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from . import seams
 from .config import BatchDesc
 from .constraints import DEFAULT_SPLIT_REQUEST, batch_block_need
+from .policy import resolve
 from .units import ceil_div, human_bytes
 
 
@@ -151,14 +150,16 @@ def distribute(quota: int, sizes: list[tuple[int, ...]], ratio: list[float], gra
 
 
 def plan_storage(model, groups, tpb: int, budget_bytes: int, *, constraints=(), typical_step: BatchDesc | None = None,
-                 pool_ratio=None) -> StoragePlan:
-    """TensorRT-LLM's pools for kvcm's layer ``groups`` of ``model`` and one GPU budget."""
+                 pool_ratio=None, policy=None) -> StoragePlan:
+    """TensorRT-LLM's pools for kvcm's layer ``groups`` of ``model`` and one GPU budget; ``policy``: the
+    manager's (None: the active one), whose ``pool_granularity`` and ``storage_quota`` it asks."""
+    policy = resolve(policy)
     keys: dict[tuple[int, ...], list[int]] = {}
     for g in groups:
         keys.setdefault(slot_sizes(model, g, tpb), []).append(g.index)
     members = list(keys.values())
     sizes = list(keys)
-    granularity = seams.pool_granularity(budget_bytes)
+    granularity = policy.pool_granularity(budget_bytes)
     min_slots = [len(lcs) for lcs in members]
     for batch in constraints:
         min_slots = [max(m, n) for m, n in zip(min_slots, _slots_for_batch(batch, members, groups, tpb))]
@@ -174,14 +175,8 @@ def plan_storage(model, groups, tpb: int, budget_bytes: int, *, constraints=(), 
     total = sum(weights)
     ratio = [w / total for w in weights]
     min_quota = sum(_bytes(min_slots, sizes, granularity))
-    quota = seams.storage_quota(round_up(budget_bytes, granularity), min_quota)
+    quota = policy.storage_quota(round_up(budget_bytes, granularity), min_quota)
     slots = distribute(quota, sizes, ratio, granularity, min_slots)
     plans = tuple(PoolGroupPlan(tuple(lcs), s, m, n) for lcs, s, m, n in zip(members, sizes, min_slots, slots))
     return StoragePlan(budget_bytes, granularity, min_quota, quota, plans)
 
-
-def gpu_granularity(quota_bytes: int) -> int:
-    """``cache_tier_granularity`` for the GPU tier: 2 MiB below 2 GiB of quota, doubled for every doubling past
-    1 GiB, at most 32 MiB (from 16 GiB on)."""
-    page = 2 << 20
-    return page << min(4, max(0, int(math.log(quota_bytes / (page * 512), 2))))

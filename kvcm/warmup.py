@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import seams
+from .policy import of as policy_of, resolve
 from .units import ceil_div
 
 
@@ -73,10 +73,11 @@ def cuda_graph_batch_sizes(max_batch_size: int, *, max_num_tokens: int | None = 
     return [b for b in sizes if 1 <= b <= limit]
 
 
-def trtllm_cuda_graph_batch_sizes(max_batch_size: int = 0, enable_padding: bool = False) -> list[int]:
+def trtllm_cuda_graph_batch_sizes(max_batch_size: int = 0, enable_padding: bool = False, policy=None) -> list[int]:
     """TensorRT-LLM's default captured batch sizes (``CudaGraphConfig`` with no ``batch_sizes``; ``max_batch_size``
     0 means 128): without padding 1 .. 31, 32, 64, 128 and the powers of two from 256 below the maximum
-    (``seams.cuda_graph_powers_of_two``); with padding 1, 2, 4, the multiples of 8 to 128, then steps of 64. Sizes
+    (the policy's ``cuda_graph_powers_of_two``; None: the active one); with padding 1, 2, 4, the multiples of 8 to
+    128, then steps of 64. Sizes
     above the maximum are dropped and the maximum itself is always captured. kvcm's own default is the powers of
     two (docs/semantics.md 10); pass this list as ``batch_sizes`` to plan upstream's shapes."""
     top = max_batch_size or 128
@@ -85,7 +86,7 @@ def trtllm_cuda_graph_batch_sizes(max_batch_size: int = 0, enable_padding: bool 
         while sizes[-1] + 64 <= top:
             sizes.append(sizes[-1] + 64)
     else:
-        sizes = list(range(1, 32)) + [32, 64, 128] + seams.cuda_graph_powers_of_two(top)
+        sizes = list(range(1, 32)) + [32, 64, 128] + resolve(policy).cuda_graph_powers_of_two(top)
     sizes = sorted(b for b in sizes if b <= top)
     if not sizes or sizes[-1] != top:
         sizes.append(top)
@@ -124,12 +125,13 @@ def plan_warmup(manager, *, batch_sizes=None, draft_lens=None, two_model: bool =
                 on_fit: Callable | None = None) -> WarmupReport:
     """Make, optionally use (``on_fit(shape, dummies)``, e.g. a graph capture) and release each shape's dummies."""
     report = WarmupReport(cache=cache)
+    policy = policy_of(manager)          # the manager's decisions (the active ones for a manager that keeps none)
     s, e, tpb = manager.max_seq_len, manager.num_extra_kv_tokens, manager.tokens_per_block
     positions = getattr(manager.model, "max_position_embeddings", None)
     for shape in warmup_shapes(manager, batch_sizes=batch_sizes, draft_lens=draft_lens, two_model=two_model):
         report.planned.append(shape)
         bs, dl = shape.batch_size, shape.draft_len
-        k = seams.warmup_draft_reserve(dl, kv_reserve_draft_tokens)
+        k = policy.warmup_draft_reserve(dl, kv_reserve_draft_tokens)
         ids = [("warmup", cache, bs, dl, i) for i in range(bs)]
         free_before = manager.get_num_free_blocks()
         shorts = manager.add_dummy_requests(ids[:-1], is_gen=True, max_num_draft_tokens=dl,
@@ -140,7 +142,7 @@ def plan_warmup(manager, *, batch_sizes=None, draft_lens=None, two_model: bool =
             continue
         available = manager.get_num_available_tokens(token_num_upper_bound=s, batch_size=bs, max_num_draft_tokens=k)
         free_now = manager.get_num_free_blocks()
-        token_num = max(1, min(available, seams.long_dummy_cap(s, e, k, positions), free_now * tpb - e - k))
+        token_num = max(1, min(available, policy.long_dummy_cap(s, e, k, positions), free_now * tpb - e - k))
         longest = manager.add_dummy_requests(ids[-1:], token_nums=[token_num], is_gen=True, max_num_draft_tokens=dl,
                                              kv_reserve_draft_tokens=k)
         try:

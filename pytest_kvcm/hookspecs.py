@@ -6,8 +6,10 @@ import pytest
 @pytest.hookspec
 def pytest_kvcm_register_defects(registry):
     """Add historic defects to ``registry`` (a ``pytest_kvcm.defects.DefectRegistry``) with
-    ``registry.register(name, story, patch, upstream="...", catchers=(...))``; ``patch(monkeypatch)`` puts the
-    defect back for one run, ``upstream`` names where it was found, ``catchers`` the tests expected to fail."""
+    ``registry.register(name, story, patch, upstream="...", catchers=(...), replaces={...})``: ``replaces`` names
+    the ``kvcm.policy`` decisions it replaces (applied for the run as a policy), ``patch(monkeypatch)`` patches
+    what no policy reaches (a user's own adapter) for one run; ``upstream`` names where it was found, ``catchers``
+    the tests expected to fail."""
 
 
 @pytest.hookspec

@@ -5,7 +5,8 @@
 against the model (positions, the kernel's tiles for its heads, a draft model's vocabulary) is
 ``check_model``. The engine reads the value, never the keywords, so an option is declared, defaulted and checked
 in one place. ``max_draft_len`` may be left out when the drafter says it (an ``NgramDrafter``'s ``num_draft``);
-given both, they must agree.
+given both, they must agree. ``policy`` (a ``kvcm.policy.Policy``): the decisions of every cache, scheduler and
+drafter this engine builds; None takes the active one (``kvcm.policy.active()``) when the engine is built.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .. import validation, versions
 from ..config import KvCacheConfig
 from ..errors import ConfigError
 from ..limits import Limits
+from ..policy import Policy
 from . import checks, spec_cutoff, spec_gate
 
 
@@ -48,6 +50,7 @@ class EngineConfig:
     prefill_block_m: int | None = None
     fused_layers: bool = True                       # the Triton path's fused Llama-family layers (fused_layers.py)
     host_cache_size: int | None = None              # V1's host tier bytes; overrides kv_cache_config's
+    policy: Policy | None = field(default=None, compare=False)   # None: kvcm.policy.active() at LLM()
     limits: Limits = field(init=False, repr=False, compare=False)   # B, S, N, D and the device, checked
 
     def __post_init__(self):
@@ -71,6 +74,8 @@ class EngineConfig:
         spec_cutoff.check(self.spec_max_concurrency)
         spec_gate.check_window(self.spec_acceptance_window)
         spec_gate.check_threshold(self.spec_acceptance_threshold)
+        if self.policy is not None and not isinstance(self.policy, Policy):
+            raise ConfigError("policy", self.policy, "must be a kvcm.policy.Policy or None (the active one)")
         if self.enable_block_reuse is not None and type(self.enable_block_reuse) is not bool:
             raise ConfigError("enable_block_reuse", self.enable_block_reuse, "must be True, False or None")
 

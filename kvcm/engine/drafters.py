@@ -18,7 +18,8 @@ Both fill in exactly ``D`` tokens for every sequence, so a batch keeps one verif
 """
 from __future__ import annotations
 
-from .. import seams, validation
+from .. import validation
+from ..policy import resolve
 from . import reuse as _reuse
 from . import sampler
 from .ngram import NgramDrafter, NgramPool  # noqa: F401  (drafters, one import)
@@ -29,9 +30,11 @@ class ModelDrafter:
     """A draft model with its own manager; ``graphs`` (``cuda_graph.StepGraphs``) when its steps replay."""
 
     def __init__(self, runner: ModelRunner, num_draft: int, *, name: str = "model", graphs=None,
-                 cost_per_draft: float = 1.0):
+                 cost_per_draft: float = 1.0, policy=None):
         """``cost_per_draft``: one draft forward's time in target forwards, the acceptance rate at which
-        speculating with it breaks even (``spec_gate.py``; the engine passes the parameter share)."""
+        speculating with it breaks even (``spec_gate.py``; the engine passes the parameter share). ``policy``:
+        the engine's decisions (``kvcm.policy``; None: the active one)."""
+        self.policy = resolve(policy)
         num_draft = validation.count("num_draft", num_draft, 1)
         self.runner, self.manager, self.num_draft, self.graphs = runner, runner.mgr, num_draft, graphs
         self.history: dict[object, int] = {}     # tokens with KV in the draft's cache, per request
@@ -52,7 +55,7 @@ class ModelDrafter:
             h = None
             if self.reuse:
                 tokens = seq.token_ids[:seq.prefill_len]
-                h = _reuse.admit(self.manager, rid, tokens)
+                h = _reuse.admit(self.manager, rid, tokens, self.policy)
                 if h is not None:
                     self.admitted[rid] = len(tokens)
             self.history[rid] = h or 0
@@ -90,14 +93,14 @@ class ModelDrafter:
         self.num_resyncs += 1
         self.free(seq)
         context = seq.token_ids[:n - 1]
-        cached = _reuse.admit(self.manager, rid, context) if self.reuse else None
+        cached = _reuse.admit(self.manager, rid, context, self.policy) if self.reuse else None
         start = cached or 0
         self.manager.begin_context_chunk(rid, start, n - 1 - start, n - 1)
         self.manager.end_context_chunk(rid, n - 1)
         if cached is not None:
             self.admitted[rid] = n - 1
         self.history[rid] = n - 1
-        stop = seams.draft_refill_stop(n - 1, len(seq.prompt_token_ids))
+        stop = n - 1 if self.policy.draft_refill_to_context_end else min(n - 1, len(seq.prompt_token_ids))
         if start < stop:
             self.refill[rid] = StepItem(rid, context[start:stop], start, decode=False, num_logits=0)
 
@@ -143,7 +146,7 @@ class ModelDrafter:
     def _catch_up(self, seq) -> StepItem:
         """The step's first draft forward for ``seq``: every token the draft's cache lacks (1, or 2 after a step
         that accepted every draft), so its proposals see the whole committed text."""
-        h = seams.draft_catch_up_start(self.history[seq.request_id], seq.num_tokens)
+        h = self.history[seq.request_id] if self.policy.draft_feeds_every_missing_token else seq.num_tokens - 1
         return StepItem(seq.request_id, seq.token_ids[h:], h, decode=True)
 
     def draft(self, seqs, items: list[StepItem]) -> None:

@@ -16,6 +16,7 @@ from ..deprecation import renamed_attribute, renamed_keywords
 from ..factory import create_kv_cache_manager
 from ..limits import Limits
 from ..model_spec import ModelSpec
+from ..policy import resolve as resolve_policy
 from ..units import human_bytes
 from .. import draft_budget
 from ..errors import ConfigError
@@ -141,6 +142,7 @@ class LLM:
         config.check_model(model, drafter)
         self.config = config
         c = config
+        self.policy = policy = resolve_policy(c.policy)   # every cache, scheduler and drafter below takes it
         # the one bundle every cache this engine builds is sized for (a draft cache: max_seq_len + D)
         self.limits = c.limits
         max_seq_len, max_draft_len, device = c.max_seq_len, c.max_draft_len, c.device
@@ -167,7 +169,7 @@ class LLM:
             free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
             target_cfg, draft_cfg = draft_budget.split_draft_budget(
                 kv_cache_config, self.model_spec, ModelSpec.from_hf_config(draft_model.config),
-                free_memory_bytes=free)
+                free_memory_bytes=free, policy=policy)
             if c.draft_kv_cache_config is not None:
                 target_cfg, draft_cfg = kv_cache_config, c.draft_kv_cache_config
         plan = None
@@ -177,7 +179,7 @@ class LLM:
         self.tracer = Tracer() if c.trace else None
         target = build_cache(self.model, self.device, self._factory(kvcm_version, self.model_spec,
                                                                     max_seq_len), target_cfg, plan,
-                             max_seq_len=max_seq_len, manager=manager, tracer=self.tracer, kernel=kernel)
+                             max_seq_len=max_seq_len, manager=manager, tracer=self.tracer, kernel=kernel, policy=policy)
         self.manager, self.runner, self.graphs, self.warmup_reports = (target.manager, target.runner,
                                                                          target.graphs, target.reports)
         self.drafter, self.draft_warmup_reports = None, []
@@ -191,9 +193,9 @@ class LLM:
             draft = build_cache(draft_model, self.device,
                                 self._factory(dv, ModelSpec.from_hf_config(draft_model.config),
                                               max_seq_len + max_draft_len), draft_cfg, draft_plan,
-                                max_seq_len=max_seq_len + max_draft_len, kernel=kernel)
+                                max_seq_len=max_seq_len + max_draft_len, kernel=kernel, policy=policy)
             self.drafter = ModelDrafter(draft.runner, max_draft_len, name=f"model-{dv}", graphs=draft.graphs,
-                                        cost_per_draft=_gate.parameter_share(draft_model, self.model))
+                                        cost_per_draft=_gate.parameter_share(draft_model, self.model), policy=policy)
             self.draft_warmup_reports = draft.reports
         elif drafter is not None:
             self.drafter = NgramDrafter(max_draft_len) if drafter == "ngram" else drafter
@@ -234,7 +236,7 @@ class LLM:
 
     def _factory(self, kvcm_version, spec, max_seq_len):
         limits = self.limits.replace(max_seq_len=max_seq_len)
-        return lambda cfg: create_kv_cache_manager(kvcm_version, spec, cfg, limits)
+        return lambda cfg: create_kv_cache_manager(kvcm_version, spec, cfg, limits, policy=self.policy)
 
     @property
     def spec_max_concurrency(self) -> int | None:
@@ -332,7 +334,7 @@ class LLM:
                               tokenizer=self.tokenizer, drafter=self.drafter, reuse=self.enable_block_reuse,
                               on_finish=on_finish, spec_max_concurrency=self.spec_max_concurrency,
                               spec_gate=self.spec_gate,
-                              stop_strings=self._stop_strings)
+                              stop_strings=self._stop_strings, policy=self.policy)
         # the last generate's figures, each kept by the scheduler that ran it
         self.reuse_stats, self.spec_stats = scheduler.reuse_stats, scheduler.spec_stats
         seqs = []

@@ -4,7 +4,7 @@ At admission the scheduler makes the request with its token ids (``add_sequence`
 blocks of its longest cached prefix and returns the prepopulated prompt length ``p`` (TensorRT-LLM's
 ``prepopulatedPromptLen``, vLLM's ``num_computed_tokens`` after ``get_computed_blocks``). The prefill then
 computes tokens ``p ..`` only; attention reads positions ``< p`` through the block table, as it reads an
-earlier chunk of a chunked prefill. ``p`` is always below the prompt length (``seams.lookup_length``), so the
+earlier chunk of a chunked prefill. ``p`` is always below the prompt length (the policy's ``lookup_length``), so the
 last prompt token is computed and its logits sampled.
 
 When a request leaves (finished or preempted) the scheduler tells the manager the tokens it generated
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import seams
+from ..policy import resolve
 from ..protocols import ReuseManager, StepManager
 
 
@@ -60,13 +60,17 @@ def real_tokens(tokens: list[int]) -> bool:
     return not tokens or min(tokens) >= 0
 
 
-def admit(mgr: ReuseManager, request_id, tokens: list[int]) -> int | None:
-    """Make ``request_id`` with its tokens on ``mgr`` and return where its prefill starts; None (nothing made)
-    when its tokens are not all known yet. ``OutOfPagesError`` (a partial copy found no page) changes nothing."""
+def admit(mgr: ReuseManager, request_id, tokens: list[int], policy=None) -> int | None:
+    """Make ``request_id`` with its tokens on ``mgr`` and return where its prefill starts (the engine policy's
+    ``prefill_after_hit``; None: the active policy); None (nothing made) when its tokens are not all known yet.
+    ``OutOfPagesError`` (a partial copy found no page) changes nothing."""
     if not real_tokens(tokens):
         return None
     p = mgr.add_sequence(request_id, tokens)
-    return seams.prefill_start(p, len(tokens))
+    where = resolve(policy).prefill_after_hit
+    if not p or where == "cached_length":
+        return p
+    return min(p + 1, len(tokens) - 1) if where == "one_past" else len(tokens) - 1
 
 
 def append_generated(mgr: ReuseManager, request_id, tokens: list[int], admitted: int) -> None:

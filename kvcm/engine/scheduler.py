@@ -33,7 +33,7 @@ import time
 
 from collections import deque
 
-from .. import seams
+from ..policy import resolve
 from ..errors import OutOfPagesError
 from ..limits import Limits
 from ..protocols import StepManager
@@ -49,7 +49,7 @@ from .stop_strings import StopStrings
 class Scheduler:
     def __init__(self, mgr: StepManager, limits: Limits, *, eos_token_ids: tuple[int, ...] = (), tokenizer=None, drafter=None,
                  reuse: bool = False, on_finish=None, spec_max_concurrency: int | None = None,
-                 spec_gate: SpeculationGate | None = None, stop_strings: StopStrings | None = None):
+                 spec_gate: SpeculationGate | None = None, stop_strings: StopStrings | None = None, policy=None):
         """``limits``: the engine's ``kvcm.Limits`` (the one its caches were sized for); the scheduler reads the
         batch size, the sequence length and the step's token budget from it. ``reuse``: admit each request with
         its token ids, so its prefill starts after its cached prefix (``reuse.py``). ``on_finish(index)``: called
@@ -57,10 +57,12 @@ class Scheduler:
         ``spec_max_concurrency``: with a drafter, speculate only while this many requests or fewer are active
         (``spec_cutoff.py``; None: always). ``spec_gate``: the engine's acceptance gate, fed each verification's
         acceptance and asked before each step (``spec_gate.py``; None: none). ``stop_strings``: the tokenizer's
-        stop-string check, kept by the engine across runs (its per-token texts); None: a new one."""
+        stop-string check, kept by the engine across runs (its per-token texts); None: a new one. ``policy``: the
+        engine's decisions (``kvcm.policy``; None: the active one)."""
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kvcm.Limits, got {type(limits).__name__}")
         self.mgr = mgr
+        self.policy = resolve(policy)
         self.limits = limits
         self.drafter = drafter
         self.num_draft = drafter.num_draft if drafter is not None else 0
@@ -104,7 +106,7 @@ class Scheduler:
                                  max_batch_size=self.max_batch_size, max_num_tokens=self.max_num_tokens,
                                  num_draft=self.num_draft)
         closed = self.spec_gate is not None and self.spec_gate.closed
-        on = self.speculating = seams.speculate_step(under, closed)
+        on = self.speculating = self.policy.speculate_step(under, closed)
         if on:
             self.spec_stats.steps_on += 1
         else:
@@ -114,7 +116,7 @@ class Scheduler:
 
     def _preempt(self, victim: Sequence) -> None:
         self.running.remove(victim)
-        self._release(victim, draft=seams.preempt_frees_draft(self.drafter is not None))
+        self._release(victim, draft=self.drafter is not None and self.policy.preemption_frees_draft)
         victim.reset_for_recompute()
         self.waiting.appendleft(victim)
         self.num_preemptions += 1
@@ -248,7 +250,7 @@ class Scheduler:
         when the manager could not (a partial copy found no page): it waits, nothing made."""
         tokens = seq.token_ids[:seq.prefill_len]
         try:
-            start = _reuse.admit(self.mgr, seq.request_id, tokens)
+            start = _reuse.admit(self.mgr, seq.request_id, tokens, self.policy)
         except OutOfPagesError:
             return False
         if start is not None:
@@ -274,7 +276,7 @@ class Scheduler:
         retired now (its pages freed); the stop reason is decided by :meth:`complete`. Returns the
         ``(sequence, output position)`` of each logit row, in row order."""
         pending = []
-        end_generation, retire, nan = self.mgr.end_generation, seams.retire_at_commit, float("nan")
+        end_generation, retire, nan = self.mgr.end_generation, self.policy.retire_at_commit, float("nan")
         max_seq_len, stand_in = self.limits.max_seq_len, placeholders(len(items))
         for seq, item in zip(seqs, items):
             out = seq.output_token_ids

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 
-from .. import seams, validation
+from .. import validation
 from ..errors import ConfigError, OutOfPagesError
 from ..units import ceil_div
 from .cache import ReuseCache
@@ -75,7 +75,8 @@ class ReuseMixin:
 
     def _make_reuse_cache(self):
         """The version's reuse cache over its pools (V1 adds its host tier here when it has one)."""
-        return self._cache_class(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups))
+        return self._cache_class(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups),
+                                 policy=self.policy)
 
     @property
     def enable_block_reuse(self) -> bool:
@@ -85,7 +86,7 @@ class ReuseMixin:
     def enable_partial_reuse(self) -> bool:
         """Partial reuse as this manager applies it: asked for, and allowed (DeepSeek-V4's compressed groups
         turn it off whatever the config says)."""
-        return self._reuse is not None and seams.partial_reuse_allowed(self.kv_cache_config.enable_partial_reuse,
+        return self._reuse is not None and self.policy.partial_reuse_allowed(self.kv_cache_config.enable_partial_reuse,
                                                                         self._compress_ratios)
 
     # ---- a request with token ids ------------------------------------------------------------------------
@@ -107,8 +108,8 @@ class ReuseMixin:
             raise ConfigError("retention_config", retention_config, "must be a kvcm.KvCacheRetentionConfig or None")
         state = ReuseState(tokens, _scope(lora_task_id, cache_salt), len(tokens), retention.priority,
                            retention.decode_priority, retention_config is not None,
-                           retention.per_block(self.tokens_per_block, len(tokens)) if retention_config is not None
-                           else [], retention.decode_duration_ms)
+                           retention.per_block(self.tokens_per_block, len(tokens), self.policy)
+                           if retention_config is not None else [], retention.decode_duration_ms)
         tpb = self.tokens_per_block
         cache = self._reuse
         reported = self._reported_group()          # the group the counters describe, chosen before the match
@@ -151,7 +152,7 @@ class ReuseMixin:
 
     def _find(self, state: ReuseState, tokens: list[int]):
         cfg = self.kv_cache_config
-        lookup = tokens[:seams.lookup_length(len(tokens))]
+        lookup = tokens[:self.policy.lookup_length(len(tokens))]
         return find_match(self._reuse, self._reuse.tree.root(state.scope), lookup, self.tokens_per_block,
                           self.layer_groups, self._reuse_policy, partial=self.enable_partial_reuse,
                           copy_on_partial_reuse=cfg.copy_on_partial_reuse)
@@ -189,7 +190,7 @@ class ReuseMixin:
                 else:
                     table[i] = -2                # a fresh page, below
             tables.append(table)
-        policy.retain_claimed(match.nodes, state, tpb)
+        policy.retain_claimed(match.nodes, state, tpb, self.policy)
         source = match.partial
         if source is not None and match.in_place:      # the block keeps its priority unless a range sets one
             i = len(match.nodes)
@@ -266,7 +267,7 @@ class ReuseMixin:
     def _reported_group(self) -> int:
         """The group ``get_num_free_blocks`` reports: the most constrained full one (any when none is full)."""
         groups = [g.index for g in self.layer_groups if g.is_full] or [g.index for g in self.layer_groups]
-        return min(groups, key=lambda g: seams.free_blocks(self.pools[g].num_free, self.pools[g].num_reusable))
+        return min(groups, key=lambda g: self.policy.free_blocks(self.pools[g].num_free, self.pools[g].num_reusable))
 
     def get_block_counts(self, group: int | None = None) -> BlockCounts:
         """``free`` (never used or evicted), ``reusable`` (cached, unreferenced) and ``in_use`` (held by a
@@ -295,12 +296,12 @@ class ReuseMixin:
         state = ReuseState(tokens, _scope(lora_task_id, cache_salt), len(tokens), DEFAULT_RETENTION_PRIORITY,
                            DEFAULT_RETENTION_PRIORITY, False)
         match = self._find(state, tokens)
-        return seams.reusable_credit([min(node.refs) for node in match.nodes], only_allocated)
+        return self.policy.reusable_credit([min(node.refs) for node in match.nodes], only_allocated)
 
     def get_kv_cache_stats(self) -> KvCacheStats:
         g = self._reported_group()
         pool, t = self.pools[g], self._reuse_totals
-        free = seams.free_blocks(pool.num_free, pool.num_reusable)
+        free = self.policy.free_blocks(pool.num_free, pool.num_reusable)
         host = getattr(self._reuse, "host", None)
         tier = {}
         if host:

@@ -3,26 +3,29 @@
 A page is either private (one request's, never in the tree) or a tree page (found through ``page_node``),
 held by ``refs`` requests. A tree page nobody holds is *reusable*: out of its pool's free list, counted in
 ``pool.num_reusable`` and evicted (``evict``) when an allocation needs it. Every page leaves for its pool through
-``seams.release_block``. The per-version choices (what a match may take, when blocks are stored) are the
-``policy``'s (``kvcm.reuse.policy``); this module only keeps the books.
+the manager policy's ``release_block`` (``kvcm.policy``, given at construction). The per-version choices (what a
+match may take, when blocks are stored) are the version's reuse policy's (``kvcm.reuse.policy``); this module only
+keeps the books.
 """
 
 from __future__ import annotations
 
 import functools
 
-from .. import seams
+from ..policy import resolve
 from .eviction import EvictionQueue
 from .stats import BlockCounts, ReuseCounters
 from .tree import Node, RadixTree, deepest_first
 
 
 class ReuseCache:
-    def __init__(self, pools, groups, leaf_only: list[bool]):
+    def __init__(self, pools, groups, leaf_only: list[bool], *, policy=None):
+        """``policy``: the manager's decisions (None: the active policy), for the cache's life."""
+        self.policy = resolve(policy)
         self.pools = pools
         self.groups = groups
-        self.tree = RadixTree(len(pools))
-        self.queues = [EvictionQueue(g, leaf) for g, leaf in enumerate(leaf_only)]
+        self.tree = RadixTree(len(pools), self.policy)
+        self.queues = [EvictionQueue(g, leaf, self.policy) for g, leaf in enumerate(leaf_only)]
         self.page_node: list[dict[int, Node]] = [{} for _ in pools]
         self.referenced = [0] * len(pools)     # tree pages some request holds
         self.totals = ReuseCounters()
@@ -53,7 +56,7 @@ class ReuseCache:
             raise RuntimeError(f"block {node.pages[g]} released twice")
         node.refs[g] -= 1
         left = node.refs[g]
-        self.pools[g].num_reusable += seams.reusable_gain(left)
+        self.pools[g].num_reusable += self.policy.reusable_gain(left)
         if left == 0:
             self.referenced[g] -= 1
             queue = self.queues[g]
@@ -77,7 +80,7 @@ class ReuseCache:
             if node is not None and node.pages[g] == page:
                 self.drop(node, g)
             else:
-                seams.release_block(pool, page)
+                self.policy.release_block(pool, page)
 
     def release_gain(self, g: int, pages) -> int:
         """How many of these pages an allocation could use once the request gives them back."""
@@ -111,7 +114,7 @@ class ReuseCache:
             self.referenced[g] -= 1
         node.refs[g] = 0
         if free:
-            seams.release_block(self.pools[g], page)
+            self.policy.release_block(self.pools[g], page)
         parent = node.parent
         if parent is not None:
             parent.child_pages[g] -= 1
@@ -139,7 +142,7 @@ class ReuseCache:
         target = pool.num_free + n
         while pool.num_free < target:
             victim = queue.pop_victim()
-            if victim is None and seams.evict_with_descendants():
+            if victim is None and self.policy.evict_with_descendants:
                 victim = self._oldest_unheld(g)
                 if victim is not None:
                     self._detach_descendants(victim, g)
@@ -150,7 +153,7 @@ class ReuseCache:
     def _oldest_unheld(self, g: int) -> Node | None:
         """The unheld cached page of group g the eviction order puts first, leaf or not (a scan: only reached
         when no leaf can go, at the very edge of the pool)."""
-        unheld = [node for node in self.page_node[g].values() if seams.may_evict(node.refs[g])]
+        unheld = [node for node in self.page_node[g].values() if self.policy.may_evict(node.refs[g])]
         return min(unheld, key=lambda node: (node.priority, node.stamps[g], node.serial), default=None)
 
     def _detach_descendants(self, node: Node, g: int) -> None:
@@ -165,12 +168,12 @@ class ReuseCache:
         for g in range(len(self.pools)):
             for page, node in list(self.page_node[g].items()):
                 node.pages[g] = -1
-                seams.release_block(self.pools[g], page)
+                self.policy.release_block(self.pools[g], page)
             self.page_node[g].clear()
             self.pools[g].num_reusable = 0
             self.referenced[g] = 0
-            self.queues[g] = EvictionQueue(g, self.queues[g].leaf_only)
-        self.tree = RadixTree(len(self.pools))
+            self.queues[g] = EvictionQueue(g, self.queues[g].leaf_only, self.policy)
+        self.tree = RadixTree(len(self.pools), self.policy)
 
     # ---- counts ---------------------------------------------------------------------------------------------
     def counts(self, g: int) -> BlockCounts:

@@ -4,7 +4,7 @@ within a priority, only pages no request holds, and (where the group says so) on
 TensorRT-LLM's ``LRUEvictionPolicy`` keeps one FIFO per priority and only leaf blocks in them. Here one heap per
 layer group orders ``(priority, release stamp)``; an entry is checked when it reaches the top (the page must
 still be cached, released at that stamp, a leaf where the group needs leaves, and free of references:
-``seams.may_evict``), so claiming a page costs nothing and a claim undone restores its place exactly. A page
+the policy's ``may_evict``), so claiming a page costs nothing and a claim undone restores its place exactly. A page
 that becomes a leaf later (its last child evicted) enters with the stamp of its own release.
 """
 
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import heapq
 
-from .. import seams
+from ..policy import resolve
 
 
 class EvictionQueue:
-    def __init__(self, group: int, leaf_only: bool):
+    def __init__(self, group: int, leaf_only: bool, policy=None):
         self.group = group
+        self._may_evict = resolve(policy).may_evict
         self.leaf_only = leaf_only
         self._heap: list = []
         self._serial = 0
@@ -48,7 +49,7 @@ class EvictionQueue:
         heap = self._heap
         while heap:
             entry = heapq.heappop(heap)
-            if self._valid(entry) and seams.may_evict(entry[3].refs[self.group]):
+            if self._valid(entry) and self._may_evict(entry[3].refs[self.group]):
                 return entry[3]
         return None
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import seams
 from ..free_queue import DEFAULT_PRIORITY, QueuedBlockPool
 from .queued_cache import QueuedReuseCache
 from .tree import Node, deepest_first
@@ -43,13 +42,13 @@ class TieredReuseCache(QueuedReuseCache):
     """``QueuedReuseCache`` with a host queue per group behind the GPU one."""
 
     def __init__(self, pools, groups, leaf_only: list[bool], *, num_host_blocks: int, onboard_blocks: bool,
-                 offload_min_priority: int):
-        super().__init__(pools, groups, leaf_only)
+                 offload_min_priority: int, policy=None):
+        super().__init__(pools, groups, leaf_only, policy=policy)
         self.onboard_blocks = onboard_blocks
         self.offload_min_priority = offload_min_priority
         self.host = []
         for pool in pools:
-            host = QueuedBlockPool(num_host_blocks, pool.bytes_per_block, "meta")
+            host = QueuedBlockPool(num_host_blocks, pool.bytes_per_block, "meta", policy=self.policy)
             host.storage = _host_storage(num_host_blocks, pool.bytes_per_block, pool.device)
             host.clock = pool.clock
             self.host.append(host)
@@ -77,26 +76,27 @@ class TieredReuseCache(QueuedReuseCache):
         if node is None or node.pages[g] != page:
             return
         host = self.host[g]
-        if not (self.onboard_blocks and seams.offloadable(node.priority, self.offload_min_priority)
+        if not (self.onboard_blocks and self.policy.offloadable(node.priority, self.offload_min_priority)
                 and len(host.queue) > 0) or self._front_host_block_is_above(g, node):
             super()._take_cached(g, page)
             return
         target = host.allocate(1)[0]                 # the host queue's front: empty, or a cached host block
         self._drop_host_block(g, target)
         if host.storage is not None and self.pools[g].storage is not None:
-            seams.tier_copy(host.storage, target, self.pools[g].storage, page)
+            self.policy.tier_copy(host.storage, target, self.pools[g].storage, page)
         self._swap_ids(g, page, target)
         # the block keeps its place in the tree and its priority; its GPU page goes to the allocation
         del self.page_node[g][page]
         node.pages[g] = -1
-        self.pools[g].num_reusable, host.num_reusable = seams.tier_counts_after_offload(self.pools[g].num_reusable,
-                                                                                         host.num_reusable)
+        self.pools[g].num_reusable, host.num_reusable = self.policy.tier_counts_after_offload(
+            self.pools[g].num_reusable, host.num_reusable)
         if node.parent is not None:
             node.parent.child_pages[g] -= 1
         node.host[g] = target
         self.host_node[g][target] = node
         host._used[target] = 1
-        host.enqueue(target, seams.offloaded_priority(node.priority), node.duration_ms)
+        host.enqueue(target, node.priority if self.policy.offload_keeps_priority else DEFAULT_PRIORITY,
+                     node.duration_ms)
         self.offloaded += 1
 
     def _front_host_block_is_above(self, g: int, node: Node) -> bool:
@@ -155,7 +155,7 @@ class TieredReuseCache(QueuedReuseCache):
         host, row = self.host[g], node.host[g]
         self._claimed_keys[g].pop(("host", row), None)
         if host.storage is not None and self.pools[g].storage is not None:
-            seams.tier_copy(self.pools[g].storage, page, host.storage, row)
+            self.policy.tier_copy(self.pools[g].storage, page, host.storage, row)
         self._swap_ids(g, page, row)
         del self.host_node[g][row]
         node.host[g] = -1

@@ -9,7 +9,6 @@ from bisect import bisect_left
 
 from dataclasses import dataclass, field
 
-from .. import seams
 from .tree import Node
 
 V2_PARTIAL_CHILD_LIMIT = 32
@@ -47,7 +46,8 @@ def _leading(nodes: list[Node], g: int, n: int) -> int:
 
 class V1Policy:
     """TensorRT-LLM V1: every group (window) keeps every block, so a match needs each block's page in every
-    group; the groups' lengths are combined by ``seams.window_reuse_length`` (the minimum, PR #10875). A partial
+    group; the groups' lengths are combined by the manager policy's ``window_reuse_length`` (the minimum, PR
+    #10875). A partial
     match takes an unreferenced leaf in place, otherwise copies it (when ``copy_on_partial_reuse``)."""
 
     partial_child_limit = None
@@ -57,8 +57,8 @@ class V1Policy:
     def leaf_only(groups) -> list[bool]:
         return [True] * len(groups)
 
-    def trim(self, nodes: list[Node], groups, tpb: int) -> int:
-        return seams.window_reuse_length([_leading(nodes, g.index, len(nodes)) for g in groups])
+    def trim(self, nodes: list[Node], groups, tpb: int, decisions) -> int:
+        return decisions.window_reuse_length([_leading(nodes, g.index, len(nodes)) for g in groups])
 
     @staticmethod
     def skipped(group, length: int, tpb: int) -> range:
@@ -66,11 +66,11 @@ class V1Policy:
         return range(0)
 
     @staticmethod
-    def retain_claimed(nodes: list[Node], state, tpb: int) -> None:
+    def retain_claimed(nodes: list[Node], state, tpb: int, decisions) -> None:
         """A matched block takes the request's retention for its index (``claimBlock(block, priority,
         duration)``): a range's priority where one holds its first token (else it keeps its own), and the range's
         duration, or none."""
-        if not seams.claim_sets_retention():
+        if not decisions.claim_sets_retention:
             return
         for i, node in enumerate(nodes):
             p, d = state.context_retention[i] if i < len(state.context_retention) else (None, None)
@@ -127,16 +127,16 @@ class V2Policy:
                 return m
             m = missing
 
-    def trim(self, nodes: list[Node], groups, tpb: int) -> int:
+    def trim(self, nodes: list[Node], groups, tpb: int, decisions) -> int:
         n = len(nodes)
         while True:
-            new = seams.window_reuse_length([self._group_length(nodes, g, n, tpb) for g in groups])
+            new = decisions.window_reuse_length([self._group_length(nodes, g, n, tpb) for g in groups])
             if new >= n:
                 return n
             n = new
 
     @staticmethod
-    def retain_claimed(nodes: list[Node], state, tpb: int) -> None:
+    def retain_claimed(nodes: list[Node], state, tpb: int, decisions) -> None:
         """V2 sets priorities by callback when blocks are stored, and has no durations: a match changes none."""
 
     @staticmethod
@@ -154,7 +154,7 @@ def find_match(cache, root: Node | None, lookup: list, tpb: int, groups, policy,
     blocks = chop(lookup, len(lookup), tpb, partial=True)
     full = [b for b in blocks if len(b) == tpb]
     walked = cache.tree.walk(root, full)
-    n = min(policy.trim(walked, groups, tpb), len(walked))
+    n = min(policy.trim(walked, groups, tpb, cache.policy), len(walked))
     match = Match(walked[:n])
     if not partial or n < len(walked) or root is None or n >= len(blocks):
         return match
@@ -206,7 +206,7 @@ def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int],
                 # is_full``): a partial page is still written by its request's next tokens, so sharing it would
                 # let two requests write one page
                 table[g][i] = cache.claim(node, g)
-                seams.release_block(cache.pools[g], page)
+                cache.policy.release_block(cache.pools[g], page)
         parent = node
         if len(tokens) == tpb:
             path.append(node)

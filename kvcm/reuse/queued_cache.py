@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 
-from .. import seams
 from .cache import ReuseCache
 from .tree import Node, deepest_first
 
@@ -21,8 +20,8 @@ DEFAULT_PRIORITY = 35
 
 
 class QueuedReuseCache(ReuseCache):
-    def __init__(self, pools, groups, leaf_only: list[bool]):
-        super().__init__(pools, groups, leaf_only)
+    def __init__(self, pools, groups, leaf_only: list[bool], *, policy=None):
+        super().__init__(pools, groups, leaf_only, policy=policy)
         self._claimed_keys: list[dict[int, tuple[int, int]]] = [{} for _ in pools]
         for g, pool in enumerate(pools):
             pool.evict = None
@@ -32,7 +31,7 @@ class QueuedReuseCache(ReuseCache):
     # ---- references ---------------------------------------------------------------------------------------
     def claim(self, node: Node, g: int) -> int:
         page = node.pages[g]
-        if node.refs[g] == 0 and not seams.may_evict(1):     # a held block leaves the queue: never a victim
+        if node.refs[g] == 0 and not self.policy.may_evict(1):     # a held block leaves the queue: never a victim
             self._claimed_keys[g][page] = self.pools[g].unqueue(page)
         return super().claim(node, g)
 
@@ -51,7 +50,7 @@ class QueuedReuseCache(ReuseCache):
             raise RuntimeError(f"block {node.pages[g]} released twice")
         node.refs[g] -= 1
         left = node.refs[g]
-        self.pools[g].num_reusable += seams.reusable_gain(left)
+        self.pools[g].num_reusable += self.policy.reusable_gain(left)
         if left == 0:
             self.referenced[g] -= 1
             self._claimed_keys[g].pop(node.pages[g], None)
@@ -84,7 +83,7 @@ class QueuedReuseCache(ReuseCache):
                 pool.release_priority, pool.release_duration = ((DEFAULT_PRIORITY, None) if priorities is None
                                                                 else priorities[i])
                 try:
-                    seams.release_block(pool, page)
+                    self.policy.release_block(pool, page)
                 finally:
                     pool.release_priority, pool.release_duration = DEFAULT_PRIORITY, None
 
@@ -108,7 +107,7 @@ class QueuedReuseCache(ReuseCache):
         node = self.page_node[g].get(page)
         if node is None or node.pages[g] != page:
             return
-        if node.child_pages[g] and not seams.evict_with_descendants():
+        if node.child_pages[g] and not self.policy.evict_with_descendants:
             raise RuntimeError(f"layer group {g}: no cached block can be evicted")
         self._detach_subtree(node, g)
         self.unset_page(node, g, free=False, queued=False)

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from ..errors import ConfigError
 from ..validation import Int, config_dataclass
+from ..policy import resolve
 
 MIN_RETENTION_PRIORITY = 0
 MAX_RETENTION_PRIORITY = 100
@@ -77,19 +78,19 @@ class KvCacheRetentionConfig:
         p = self.decode_retention_priority
         return DEFAULT_RETENTION_PRIORITY if p is None else p
 
-    def per_block(self, tokens_per_block: int, seq_len: int) -> list[tuple[int | None, int | None]]:
+    def per_block(self, tokens_per_block: int, seq_len: int, policy=None) -> list[tuple[int | None, int | None]]:
         """(priority, duration_ms) of each context block of a ``seq_len``-token prompt (TensorRT-LLM
-        ``getPerBlockRetentionPriorityDuration``): the range holding the block's first token, else (None, None)."""
+        ``getPerBlockRetentionPriorityDuration``): the range holding the block's first token, else (None, None).
+        ``policy``: the manager's (None: the active one; its ``retention_by_first_token``)."""
         starts = range(0, seq_len, tokens_per_block)
         ranges = self.token_range_retention_configs
         if not ranges:
             p = None if self.priority == DEFAULT_RETENTION_PRIORITY else self.priority
             return [(p, None) for _ in starts]
-        from .. import seams
-
+        by_first = resolve(policy).retention_by_first_token
         out = []
         for start in starts:
-            first = seams.retention_token(start, tokens_per_block)
+            first = start if by_first else start + tokens_per_block - 1
             hit = next((r for r in ranges if r.token_start <= first and (r.token_end is None or first < r.token_end)),
                        None)
             out.append((None, None) if hit is None else (hit.priority, hit.duration_ms))

@@ -2,7 +2,7 @@
 
 A node is a block of a prefix: its tokens (``tpb`` of them, fewer for a stored partial last block), its parent
 (the prefix before it) and, per layer group, the page that holds its KV (-1 where that group has none: never
-stored there, or evicted). A child is filed under ``seams.block_key(tokens)``, the tokens themselves: keys are
+stored there, or evicted). A child is filed under its tokens themselves (the policy's ``block_key_hash``): keys are
 compared exactly, so two prompts share a block only when every token of the prefix is equal (TensorRT-LLM V1's
 ``BlockKey`` equality; a digest alone, as vLLM had, can collide). The scope (LoRA task id, cache salt) picks the
 root, so scopes never share a block.
@@ -14,7 +14,7 @@ import itertools
 from bisect import bisect_left, bisect_right
 from operator import attrgetter
 
-from .. import seams
+from ..policy import resolve
 
 _serials = itertools.count()
 _by_serial = attrgetter("serial")
@@ -116,9 +116,11 @@ class Siblings:
 
 
 class RadixTree:
-    def __init__(self, num_groups: int):
+    def __init__(self, num_groups: int, policy=None):
+        """``policy``: its cache's decisions (None: the active policy); its ``block_key_hash`` files children."""
         self.num_groups = num_groups
         self.roots: dict = {}
+        self._hash = resolve(policy).block_key_hash      # None: a child's key is its tokens
 
     def root(self, scope, create: bool = False) -> Node | None:
         node = self.roots.get(scope)
@@ -126,14 +128,13 @@ class RadixTree:
             node = self.roots[scope] = Node((), None, self.num_groups)
         return node
 
-    @staticmethod
-    def child(parent: Node, tokens: tuple) -> Node | None:
-        return parent.children.get(seams.block_key(tokens))
+    def child(self, parent: Node, tokens: tuple) -> Node | None:
+        return parent.children.get(tokens if self._hash is None else self._hash(tokens))
 
     def add_child(self, parent: Node, tokens: tuple, priority: int, duration_ms: int | None = None) -> Node:
         node = Node(tokens, parent, self.num_groups, priority)
         node.duration_ms = duration_ms
-        parent.children[seams.block_key(tokens)] = node
+        parent.children[tokens if self._hash is None else self._hash(tokens)] = node
         if tokens:
             siblings = parent.by_first.get(tokens[0])
             if siblings is None:
@@ -144,7 +145,7 @@ class RadixTree:
     def remove(self, node: Node) -> None:
         """Take a node without children out of its parent (its pages are the caller's business)."""
         parent = node.parent
-        key = seams.block_key(node.tokens)
+        key = node.tokens if self._hash is None else self._hash(node.tokens)
         if parent.children.get(key) is node:
             del parent.children[key]
         siblings = parent.by_first.get(node.tokens[0]) if node.tokens else None
@@ -160,8 +161,9 @@ class RadixTree:
         node = root
         if node is None:
             return out
+        key = self._hash
         for tokens in blocks:
-            node = node.children.get(seams.block_key(tokens))
+            node = node.children.get(tokens if key is None else key(tokens))
             if node is None:
                 break
             out.append(node)

@@ -2,7 +2,11 @@
 
 ``pytest --kvcm-inject=NAME`` applies one registered defect so a suite can be shown to catch it;
 ``pytest --kvcm-list-defects`` prints each with its upstream reference; ``kvcm sensitivity`` proves every one is
-caught. ``kvcm`` itself has no bug switches: each defect is a monkeypatch that lives here.
+caught. ``kvcm`` itself has no bug switches that a run flips behind its back: each defect is a *policy*, the few
+decisions of ``kvcm.policy`` it replaces (``kvcm.policy.DECISIONS`` lists them, each with what it decides and the
+upstream bug it once held). ``--kvcm-inject`` enters ``kvcm.policy.applied(defect.policy())`` for the run; a test
+may instead hand ``defect.policy()`` to one manager (``KVCacheManagerV1(..., policy=...)``,
+``create_kv_cache_manager(..., policy=...)``) or one engine (``LLM(..., policy=...)``), and nothing else changes.
 
 Adding defects
 --------------
@@ -11,24 +15,25 @@ in turn (``seed`` first, the rest by name) and every ``Defect`` at its top level
 module defines them. A new module needs nothing else::
 
     # pytest_kvcm/defects/my_source.py
-    from kvcm import seams
-
     from ._registry import defect
 
     @defect("short-name", upstream="vLLM PR #12345",
             story="what broke and what a user saw, in one line",
             catchers=("suites/managers/test_x.py::test_y",))   # tests expected to fail with it injected
-    def short_name(mp):                                          # mp: a pytest.MonkeyPatch, undone after the run
-        seams.replace(mp, "the_seam", lambda ...: ...)          # the one decision the bug got wrong
+    def short_name():
+        return {"lookup_length": lambda num_tokens: num_tokens}   # the decisions the bug got wrong
 
-A built-in defect replaces seams of ``kvcm/seams.py`` and nothing else (``suites/plugin/test_defect_seams.py``):
-where the decision a bug lived in is not a seam yet, make it one there, called by the code that makes it, rather
-than patching a private method, restating its body or looking a name up in ``sys.modules``.
+A built-in defect replaces decisions of ``kvcm.policy`` and nothing else (``suites/plugin/test_defect_policies.py``):
+a rule by a function of the same arguments, a setting by a value. Where the decision a bug lived in is not one yet,
+make it one there (a named rule, or a setting the code branches on), asked by the code that makes it through the
+policy it was built with, rather than patching a private method or restating its body.
 
 ``catchers`` are node-id prefixes; ``kvcm sensitivity`` runs just those (fast mode) and fails unless each
 defect is caught by at least two tests. Users register defects of their own from a plugin or ``conftest.py``
 through the ``pytest_kvcm_register_defects(registry)`` hook with ``registry.register(name, story, patch,
-upstream=..., catchers=...)``.
+upstream=..., catchers=..., replaces=...)``: ``replaces`` for kvcm's decisions, ``patch(monkeypatch)`` for what
+no policy reaches (their own adapter, which is theirs to patch); ``--kvcm-inject`` applies both and undoes them
+when the run ends.
 """
 
 from ._registry import Defect, DefectRegistry, builtin_defects, defect

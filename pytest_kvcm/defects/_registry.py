@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import pytest
+
+import kvcm.policy
 
 _FIRST = ("seed",)  # the defects the project started from keep their place at the top of every listing
 _NOT_DEFECT_MODULES = {"plugin"}
@@ -15,23 +18,42 @@ _NOT_DEFECT_MODULES = {"plugin"}
 
 @dataclass(frozen=True)
 class Defect:
-    """One historic bug. ``patch(monkeypatch)`` puts it back; ``upstream`` names the issue, PR or test where it
-    was found or fixed; ``catchers`` are node-id prefixes of the tests expected to fail while it is injected;
+    """One historic bug. ``replaces`` (decision name -> replacement) is the bug as a policy: ``policy()`` is a
+    ``kvcm.policy.Policy`` with those decisions replaced, which ``--kvcm-inject`` applies for the run and a test
+    may hand to one manager or engine. ``patch(monkeypatch)``, where a user's defect has one, patches what no
+    policy reaches (a user's adapter); both may be given. ``upstream`` names the issue, PR or test where it was
+    found or fixed; ``catchers`` are node-id prefixes of the tests expected to fail while it is injected;
     ``targets`` the ``--kvcm-target`` names it breaks (a user's adapter, say), which ``kvcm sensitivity`` runs."""
 
     name: str
     story: str
-    patch: Callable[[pytest.MonkeyPatch], None]
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None
     upstream: str = ""
     catchers: tuple[str, ...] = field(default_factory=tuple)
     targets: tuple[str, ...] = field(default_factory=tuple)
+    replaces: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.patch is None and not self.replaces:
+            raise ValueError(f"defect {self.name!r} neither replaces a decision nor patches anything")
+        if self.replaces:
+            kvcm.policy.DEFAULT.replacing(**self.replaces)    # an unknown decision name is refused here, at once
+
+    def policy(self, base: kvcm.policy.Policy | None = None) -> kvcm.policy.Policy:
+        """``base`` (None: the active policy) with this defect's decisions replaced."""
+        return kvcm.policy.resolve(base).replacing(**self.replaces)
 
 
 def defect(name: str, *, story: str, upstream: str, catchers=()) -> Callable[[Callable], Defect]:
-    """Decorator: the function (a patch) becomes a registered ``Defect`` of its module."""
+    """Decorator: the function becomes a registered ``Defect`` of its module. A function of no arguments returns
+    the decisions it replaces (``{"lookup_length": lambda num_tokens: num_tokens}``), called once here; a function
+    of one (a ``pytest.MonkeyPatch``) is a patch, as users' defects may be (a built-in one is always a policy:
+    ``suites/plugin/test_defect_policies.py``)."""
 
-    def wrap(patch: Callable[[pytest.MonkeyPatch], None]) -> Defect:
-        return Defect(name, story, patch, upstream, tuple(catchers))
+    def wrap(fn: Callable) -> Defect:
+        if inspect.signature(fn).parameters:
+            return Defect(name, story, fn, upstream, tuple(catchers))
+        return Defect(name, story, None, upstream, tuple(catchers), replaces=dict(fn()))
 
     return wrap
 
@@ -45,9 +67,11 @@ class DefectRegistry:
             raise ValueError(f"defect {d.name!r} is already registered")
         self._defects[d.name] = d
 
-    def register(self, name: str, story: str, patch: Callable[[pytest.MonkeyPatch], None], *, upstream: str = "",
-                 catchers=(), targets=()) -> None:
-        self.add(Defect(name, story, patch, upstream, tuple(catchers), tuple(targets)))
+    def register(self, name: str, story: str, patch: Callable[[pytest.MonkeyPatch], None] | None = None, *,
+                 upstream: str = "", catchers=(), targets=(), replaces: Mapping[str, object] | None = None) -> None:
+        """A user's defect: ``patch(monkeypatch)`` for what it changes outside kvcm (an adapter), ``replaces`` for
+        kvcm's decisions it replaces (``kvcm.policy``), or both."""
+        self.add(Defect(name, story, patch, upstream, tuple(catchers), tuple(targets), dict(replaces or {})))
 
     def __getitem__(self, name: str) -> Defect:
         if name not in self._defects:

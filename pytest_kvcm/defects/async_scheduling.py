@@ -5,7 +5,6 @@ What it may not know then is whether a token stopped a request; what it does kno
 
 from __future__ import annotations
 
-from kvcm import seams
 
 from ._registry import defect
 
@@ -15,6 +14,6 @@ from ._registry import defect
         story="with async scheduling, a request that had reached max_tokens was scheduled for one more step: "
               "its pages held a step longer and a forward computed a token that was thrown away",
         catchers=("suites/engine/test_overlap.py::test_no_step_past_a_length_limit",))
-def async_scheduling_past_max_tokens(mp):
+def async_scheduling_past_max_tokens():
     """The length limit is no longer applied when a step is committed, only when its tokens are read."""
-    seams.replace(mp, "retire_at_commit", lambda num_outputs, max_new_tokens, num_tokens, max_seq_len: False)
+    return {"retire_at_commit": lambda num_outputs, max_new_tokens, num_tokens, max_seq_len: False}

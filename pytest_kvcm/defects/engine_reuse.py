@@ -1,7 +1,7 @@
 """Block reuse in the engine: where a prefill starts once the manager has found a cached prefix.
 
 The manager's reuse decisions have their own defects; these break the engine's side of the hand-over, the
-prefill start (``kvcm.seams.prefill_start``). Both change greedy tokens, so the reuse parity gates must fail.
+prefill start (the policy's ``prefill_after_hit``). Both change greedy tokens, so the reuse parity gates must fail.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ _GATES = "suites/engine/test_reuse_parity.py::"
               "that token's KV was never written and the completion changed on the second run",
         catchers=(_GATES + "test_prefill_starts_at_the_cached_length",
                   _GATES + "test_shared_prefixes_diverging_at_block_boundaries"))
-def reuse_prefill_skips_a_token(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "prefill_start", lambda p, n: min(p + 1, n - 1) if p else p)
+def reuse_prefill_skips_a_token():
+    return {"prefill_after_hit": "one_past"}
 
 
 @defect("reuse-prefill-trusts-any-hit", upstream="TensorRT-LLM #8813 (tokens from other prompts after reuse) / "
@@ -31,7 +29,5 @@ def reuse_prefill_skips_a_token(mp):
                   _GATES + "test_shared_prefixes_diverging_at_block_boundaries",
                   _GATES + "test_reuse_after_preemption",
                   "suites/engine/test_reuse_gsm8k.py::test_fewshot_parity_tiny"))
-def reuse_prefill_trusts_any_hit(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "prefill_start", lambda p, n: n - 1 if p else p)
+def reuse_prefill_trusts_any_hit():
+    return {"prefill_after_hit": "last_token"}

@@ -2,7 +2,7 @@
 
 Second fidelity pass (docs/semantics.md 4.4, 6, 7, 10): the pools the V2 storage manager builds from a quota,
 the fields the estimation step changes, the CUDA-graph warmup's sizes, and the split of one budget between a
-target and a draft cache. Each replaces one named seam of ``kvcm.seams`` with the rule kvcm had before (or the
+target and a draft cache. Each replaces one named decision of ``kvcm.policy`` with the rule kvcm had before (or the
 rule upstream once had); ``suites/conformance/`` restates upstream's numbers.
 """
 
@@ -25,10 +25,8 @@ _WARMUP = "suites/managers/test_warmup_sizing.py::"
               "where TensorRT-LLM builds 1,092 / 5,461, and floors were not rounded to whole grains",
         catchers=(_STORAGE + "test_grain_grows_with_the_quota", _GEMMA + "test_upstream_default_share_is_grain_rounded",
                   _PLAN_POOL))
-def storage_exact_bytes(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "pool_granularity", lambda quota_bytes: 1)
+def storage_exact_bytes():
+    return {"pool_granularity": lambda quota_bytes: 1}
 
 
 @defect("storage-floors-not-enlarged",
@@ -38,10 +36,8 @@ def storage_exact_bytes(mp):
               "enlargement past the budget (the seed's out-of-memory) vanished from the finding",
         catchers=(_STORAGE + "test_floors_past_the_budget_enlarge_the_pool",
                   _STORAGE + "test_floors_of_two_life_cycles_in_one_pool_group_add_up", _PLAN_POOL))
-def storage_floors_not_enlarged(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "storage_quota", lambda rounded_budget, min_quota: rounded_budget)
+def storage_floors_not_enlarged():
+    return {"storage_quota": lambda rounded_budget, min_quota: rounded_budget}
 
 
 @defect("estimation-keeps-user-ratio",
@@ -51,12 +47,10 @@ def storage_floors_not_enlarged(mp):
               "user's max_gpu_total_bytes, sizing the temporary cache from another budget than upstream's",
         catchers=(_SIZING + "test_estimation_drops_the_users_pool_ratio",
                   _SIZING + "test_estimation_budget_is_the_smaller_of_fraction_and_byte_cap"))
-def estimation_keeps_user_ratio(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "estimation_overrides", lambda cfg: {"max_tokens": None, "max_gpu_total_bytes": None,
-                                                           "free_gpu_memory_fraction": cfg.fraction,
-                                                           "avg_seq_len": None})
+def estimation_keeps_user_ratio():
+    return {"estimation_overrides": lambda cfg: {"max_tokens": None, "max_gpu_total_bytes": None,
+                                                 "free_gpu_memory_fraction": cfg.fraction,
+                                                 "avg_seq_len": None}}
 
 
 @defect("warmup-past-positions",
@@ -66,10 +60,8 @@ def estimation_keeps_user_ratio(mp):
               "warmed up a request no real one can be",
         catchers=(_SIZING + "test_long_dummy_stops_at_the_models_positions_less_reserved_drafts",
                   _WARMUP + "test_estimation_and_final_warmups_stop_at_the_models_positions"))
-def warmup_past_positions(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "long_dummy_cap", lambda s, e, k, positions: s - 1 - e - k)
+def warmup_past_positions():
+    return {"long_dummy_cap": lambda s, e, k, positions: s - 1 - e - k}
 
 
 @defect("cuda-graph-sizes-floor-log",
@@ -79,13 +71,9 @@ def warmup_past_positions(mp):
               "(512 for 600): batches of 257 .. 512 ran uncaptured or padded to 600",
         catchers=(_SIZING + "test_default_captured_batch_sizes",
                   _WARMUP + "test_upstream_batch_sizes_plan_every_size_up_to_the_maximum"))
-def cuda_graph_sizes_floor_log(mp):
+def cuda_graph_sizes_floor_log():
     import math
-
-    from kvcm import seams
-
-    seams.replace(mp, "cuda_graph_powers_of_two",
-                  lambda top: [2**i for i in range(8, math.floor(math.log(top, 2)))])
+    return {"cuda_graph_powers_of_two": lambda top: [2**i for i in range(8, math.floor(math.log(top, 2)))]}
 
 
 @defect("draft-budget-target-floored",
@@ -95,9 +83,7 @@ def cuda_graph_sizes_floor_log(mp):
               "draft budget, a block more at a block boundary",
         catchers=(_SPLIT + "test_the_drafts_share_is_rounded_down",
                   "suites/managers/test_draft_budget.py::test_plan_shows_the_split"))
-def draft_budget_target_floored(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "draft_budget_shares", lambda total, bt, bd: (total * bt // (bt + bd),
-                                                                   total - total * bt // (bt + bd)))
+def draft_budget_target_floored():
+    return {"draft_budget_shares": lambda total, bt, bd: (total * bt // (bt + bd),
+                                                          total - total * bt // (bt + bd))}
 

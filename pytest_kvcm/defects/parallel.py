@@ -1,5 +1,5 @@
-"""Parallel deployments: how much of a layer's KV one rank stores (``kvcm.seams.kv_heads_per_rank``,
-``kvcm.seams.latent_ways``) and how many tokens the ranks' pools agree on (``kvcm.seams.rank_tokens``). Each
+"""Parallel deployments: how much of a layer's KV one rank stores (``kvcm.policy``'s ``kv_heads_per_rank`` and
+``latent_sharded``) and how many tokens the ranks' pools agree on (``rank_tokens``). Each
 defect is a bug engines shipped when they first split KV over ranks; the conformance cases restate TensorRT-LLM's
 rule (docs/semantics.md section 12)."""
 
@@ -19,10 +19,8 @@ _PLAN = "suites/conformance/test_parallel_plan.py::"
               "a rank (and 8 heads over 3 ranks 2, a third of the cache missing) instead of replicated heads",
         catchers=(_MAPPING + "test_kv_heads_round_up_and_replicate",
                   "suites/managers/test_plan_parallel.py::test_fewer_kv_heads_than_ranks_are_replicated"))
-def kv_heads_floored_by_tp(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "kv_heads_per_rank", lambda num_kv_heads, attn_tp: num_kv_heads // attn_tp)
+def kv_heads_floored_by_tp():
+    return {"kv_heads_per_rank": lambda num_kv_heads, attn_tp: num_kv_heads // attn_tp}
 
 
 @defect("mla-latent-split-by-tp",
@@ -34,10 +32,8 @@ def kv_heads_floored_by_tp(mp):
         catchers=(_MAPPING + "test_mla_latent_is_replicated",
                   _PLAN + "test_deepseek_v4_flash_at_tp8_without_attention_dp_replicates_the_latent",
                   "suites/managers/test_parallel_managers.py::test_deepseek_v4_rank_without_attention_dp_is_one_gpu"))
-def mla_latent_split_by_tp(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "latent_ways", lambda attn_tp: attn_tp)
+def mla_latent_split_by_tp():
+    return {"latent_sharded": True}
 
 
 @defect("ranks-size-kv-apart",
@@ -47,7 +43,5 @@ def mla_latent_split_by_tp(mp):
               "tokens no request could use, since every request needs room on every stage",
         catchers=(_PLAN + "test_the_stage_with_the_fewest_tokens_binds",
                   "suites/managers/test_plan_parallel.py::test_pipeline_stages_share_v1_tokens"))
-def ranks_size_kv_apart(mp):
-    from kvcm import seams
-
-    seams.replace(mp, "rank_tokens", lambda own_tokens: list(own_tokens))
+def ranks_size_kv_apart():
+    return {"rank_tokens": lambda own_tokens: list(own_tokens)}

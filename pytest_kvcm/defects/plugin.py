@@ -1,15 +1,20 @@
 """``--kvcm-inject`` and ``--kvcm-list-defects``: the pytest side of the defect catalogue (options: options.py).
 
-The run's catalogue and the injected defect live in ``config.stash`` under this module's keys."""
+``--kvcm-inject=NAME`` enters ``kvcm.policy.applied(defect.policy())`` for the run, so every manager, cache and
+engine built with ``policy=None`` takes the defect's decisions (a forked process, as the exhaustive explorer's, too);
+a user's defect with a ``patch(monkeypatch)`` is patched as well. Both are undone in a config cleanup. The run's
+catalogue and the injected defect live in ``config.stash`` under this module's keys."""
 
 from __future__ import annotations
 
 import pytest
 
+import kvcm.policy
+
 from . import build_registry
 
 DEFECTS = pytest.StashKey["DefectRegistry"]()   # name -> Defect, the run's catalogue (built-in and users' hooks)
-INJECTED = pytest.StashKey[tuple]()              # (Defect, MonkeyPatch) of --kvcm-inject
+INJECTED = pytest.StashKey[tuple]()              # (Defect, MonkeyPatch or None) of --kvcm-inject
 
 
 def pytest_addhooks(pluginmanager):
@@ -28,10 +33,16 @@ def pytest_configure(config):
                                 "registered (--kvcm-list-defects lists them)")
     if name:
         d = registry[name]
-        mp = pytest.MonkeyPatch()
-        d.patch(mp)
+        mp = None
+        if d.replaces:
+            applied = kvcm.policy.applied(d.policy())
+            applied.__enter__()
+            config.add_cleanup(lambda: applied.__exit__(None, None, None))
+        if d.patch is not None:
+            mp = pytest.MonkeyPatch()
+            config.add_cleanup(mp.undo)
+            d.patch(mp)
         config.stash[INJECTED] = (d, mp)
-        config.add_cleanup(mp.undo)
 
 
 def describe(d) -> str:

@@ -1,5 +1,5 @@
 """Bugs at the edge of a small pool with block reuse on (issue 39): what a manager promises it can allocate, and
-what a refused call leaves behind. Each replaces one seam of ``kvcm.seams``; the catchers replay the sequences the
+what a refused call leaves behind. Each replaces one decision of ``kvcm.policy``; the catchers replay the sequences the
 exhaustive explorer and a user found (``suites/managers/test_window_reuse_edge.py``) and the explorer itself."""
 
 from __future__ import annotations
@@ -9,11 +9,6 @@ from ._registry import defect
 _EDGE = "suites/managers/test_window_reuse_edge.py::"
 _EXPLORER = "suites/managers/exhaustive/test_exhaustive.py::test_explorer_finds_no_violation"
 
-
-def _seams():
-    from kvcm import seams
-
-    return seams
 
 
 @defect("reuse-evicts-leaves-only", upstream="TensorRT-LLM kvCacheManager.cpp WindowBlockManager::getFreeBlock "
@@ -26,8 +21,8 @@ def _seams():
                   _EDGE + "test_decodes_at_the_edge_stay_within_their_pages",
                   _EDGE + "test_reuse_on_and_off_answer_the_same_calls_the_same",
                   _EXPLORER + "[v1-full+window-tpb2-b4-reuse_on-ids-r2]"))
-def reuse_evicts_leaves_only(mp):
-    _seams().replace(mp, "evict_with_descendants", lambda: False)
+def reuse_evicts_leaves_only():
+    return {"evict_with_descendants": False}
 
 
 @defect("refused-first-chunk-locks-the-match", upstream="TensorRT-LLM V2 _KVCache resume (a suspended cache's pages "
@@ -36,8 +31,8 @@ def reuse_evicts_leaves_only(mp):
               "HELD to LOCKED, so a refused call changed the page states an engine's scheduler reads",
         catchers=(_EDGE + "test_v2_refused_first_chunk_leaves_the_match_held",
                   _EDGE + "test_refused_first_chunk_changes_nothing_observable"))
-def refused_first_chunk_locks_the_match(mp):
-    _seams().replace(mp, "started_after_refused_chunk", lambda started_before: True)
+def refused_first_chunk_locks_the_match():
+    return {"refused_chunk_restores_started": False}
 
 
 @defect("refused-dummy-batch-evicts", upstream="kvcm issue 39 (found by the exhaustive explorer); TensorRT-LLM PR "
@@ -47,5 +42,5 @@ def refused_first_chunk_locks_the_match(mp):
         catchers=(_EDGE + "test_refused_dummy_batch_evicts_no_cached_block",
                   _EXPLORER + "[v2-full-tpb2-b4-reuse_copy-ids-r2]",
                   _EXPLORER + "[v1-full-tpb2-b4-reuse_on-ids-r2]"))
-def refused_dummy_batch_evicts(mp):
-    _seams().replace(mp, "dummy_batch_checked_first", lambda: False)
+def refused_dummy_batch_evicts():
+    return {"dummy_batch_checked_first": False}

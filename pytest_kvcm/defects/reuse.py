@@ -1,6 +1,6 @@
-"""The field's block-reuse bugs (prefix caching), put back into kvcm's reuse cache through its seams.
+"""The field's block-reuse bugs (prefix caching), put back into kvcm's reuse cache through its policy.
 
-Each one replaces one decision of ``kvcm.seams`` (docs/semantics.md 11): what is looked up, what a key is, what
+Each one replaces one decision of ``kvcm.policy`` (docs/semantics.md 11): what is looked up, what a key is, what
 counts as free or reusable, what an admission credits, which window length a hybrid hit takes, whether partial
 reuse is allowed, what may be evicted, how a page goes back to its pool. The catchers run at two levels at least:
 the manager tests (``suites/managers/test_reuse_*``), the ported upstream numbers (``suites/conformance``), the
@@ -18,11 +18,6 @@ _V1 = "suites/conformance/test_reuse_v1_block_manager.py::"
 _STATS = "suites/conformance/test_reuse_stats.py::"
 
 
-def _seams():
-    from kvcm import seams
-
-    return seams
-
 
 @defect("reuse-last-token-matched", upstream="nano-vllm #144 / PR #199 (a full hit left seqlen_q = 0: no token to "
         "compute, no logits)",
@@ -31,8 +26,8 @@ def _seams():
         catchers=(_MATCH + "test_last_token_is_never_reused",
                   _V1 + "test_one_token_prompt_reuses_nothing",
                   _CONTRACT + "test_last_token_is_always_recomputed"))
-def reuse_last_token_matched(mp):
-    _seams().replace(mp, "lookup_length", lambda num_tokens: num_tokens)
+def reuse_last_token_matched():
+    return {"lookup_length": lambda num_tokens: num_tokens}
 
 
 @defect("reuse-admission-credits-free-cached-blocks", upstream="TensorRT-LLM PR #11490 / #13095 "
@@ -41,8 +36,8 @@ def reuse_last_token_matched(mp):
               "the free count already, so the scheduler counted them twice and admitted what did not fit",
         catchers=(_BOOKS + "test_count_reusable_blocks_credits_only_held_blocks",
                   _CONTRACT + "test_failed_allocation_with_a_hit_changes_nothing"))
-def reuse_admission_credits_free_cached_blocks(mp):
-    _seams().replace(mp, "reusable_credit", lambda matched_refs, only_allocated: len(matched_refs))
+def reuse_admission_credits_free_cached_blocks():
+    return {"reusable_credit": lambda matched_refs, only_allocated: len(matched_refs)}
 
 
 @defect("reuse-evictable-double-counted", upstream="SGLang #35270 (evictable_size() counted a page shared by "
@@ -54,8 +49,8 @@ def reuse_admission_credits_free_cached_blocks(mp):
                   _BOOKS + "test_a_held_block_is_never_evicted",
                   _V1 + "test_shorter_and_longer_prompts_reuse_what_they_share",
                   _CONTRACT + "test_prefill_hit_shares_pages_and_cached_blocks_count_as_free"))
-def reuse_evictable_double_counted(mp):
-    _seams().replace(mp, "reusable_gain", lambda refs_left: 1)
+def reuse_evictable_double_counted():
+    return {"reusable_gain": lambda refs_left: 1}
 
 
 @defect("reuse-double-free-inflates-free", upstream="vLLM #42571 (free_blocks([b, b]) put one block in the free "
@@ -66,8 +61,8 @@ def reuse_evictable_double_counted(mp):
                   _BOOKS + "test_a_block_table_listing_a_page_twice_is_refused_on_free",
                   "suites/robustness/test_bad_manager_calls.py::"
                   "test_a_block_table_the_engine_wrote_to_cannot_free_a_page_twice"))
-def reuse_double_free_inflates_free(mp):
-    _seams().replace(mp, "release_block", lambda pool, block: pool.push_free(block))
+def reuse_double_free_inflates_free():
+    return {"release_block": lambda pool, block: pool.push_free(block)}
 
 
 @defect("window-reuse-length-max", upstream="TensorRT-LLM PR #10875 (nvbugs 5674665: prepopulatedPromptLen set "
@@ -76,8 +71,8 @@ def reuse_double_free_inflates_free(mp):
               "those blocks attended over pages never written for this prompt",
         catchers=("suites/managers/test_reuse_accounting.py::test_sliding_window_reuse_is_the_minimum_over_groups",
                   _CONTRACT + "test_hybrid_hit_is_the_shortest_over_its_groups"))
-def window_reuse_length_max(mp):
-    _seams().replace(mp, "window_reuse_length", max)
+def window_reuse_length_max():
+    return {"window_reuse_length": max}
 
 
 @defect("v4-partial-reuse-on-compressed", upstream="TensorRT-LLM DeepseekV4CacheManager (_supports_partial_reuse "
@@ -87,8 +82,8 @@ def window_reuse_length_max(mp):
         catchers=(_MATCH + "test_dsv4_forces_partial_reuse_off_and_reuses_whole_blocks",
                   _STATS + "test_dsv4_reuses_whole_blocks_whatever_partial_reuse_says",
                   _CONTRACT + "test_reuse_is_whole_blocks_only"))
-def v4_partial_reuse_on_compressed(mp):
-    _seams().replace(mp, "partial_reuse_allowed", lambda enable_partial_reuse, compress_ratios: enable_partial_reuse)
+def v4_partial_reuse_on_compressed():
+    return {"partial_reuse_allowed": lambda enable_partial_reuse, compress_ratios: enable_partial_reuse}
 
 
 @defect("reuse-evicts-referenced-block", upstream="TensorRT-LLM #17926 / PR #18095 (nvbugs 6625710: a commit "
@@ -99,8 +94,8 @@ def v4_partial_reuse_on_compressed(mp):
                   "suites/conformance/test_reuse_scopes_and_holds.py::"
                   "test_churn_never_detaches_blocks_a_live_request_holds",
                   "suites/engine/test_reuse_parity.py::test_reuse_after_preemption"))
-def reuse_evicts_referenced_block(mp):
-    _seams().replace(mp, "may_evict", lambda refs: True)
+def reuse_evicts_referenced_block():
+    return {"may_evict": lambda refs: True}
 
 
 @defect("reuse-keys-weak-hash", upstream="vLLM GHSA-rm76-4mrf-v9r8 / PR #12621 (predictable block-hash "
@@ -109,5 +104,5 @@ def reuse_evicts_referenced_block(mp):
               "alone: a block with the same digest and other tokens was a hit",
         catchers=(_MATCH + "test_blocks_with_the_same_digest_share_nothing",
                   _CONTRACT + "test_colliding_digest_is_not_a_hit"))
-def reuse_keys_weak_hash(mp):
-    _seams().replace(mp, "block_key", lambda tokens: (len(tokens), sum(tokens)))
+def reuse_keys_weak_hash():
+    return {"block_key_hash": lambda tokens: (len(tokens), sum(tokens))}

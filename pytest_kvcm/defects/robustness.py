@@ -6,7 +6,6 @@ Found by a sweep of malformed inputs over every boundary; the cases that catch t
 
 from __future__ import annotations
 
-from kvcm import seams
 
 from ._registry import defect
 
@@ -18,7 +17,7 @@ from ._registry import defect
               "the pool smaller; add_dummy_requests('abc') made three dummies 'a', 'b', 'c'",
         catchers=("suites/robustness/test_bad_manager_calls.py",
                   "suites/managers/test_state_machine.py::test_deepseek_v4_lifecycle_state_machine"))
-def dummy_call_keeps_earlier_dummies(mp):
+def dummy_call_keeps_earlier_dummies():
     """The old loop: no checks before placing (each dummy met its values while placed), and only a lack of pages
     released what the call had made."""
     def unchecked(request_ids, token_nums, is_gen, drafts, reserve, max_seq_len):
@@ -26,5 +25,4 @@ def dummy_call_keeps_earlier_dummies(mp):
         nums = [1 + drafts] * len(ids) if token_nums is None else list(token_nums)
         return ids, nums, is_gen, drafts, drafts if reserve is None else reserve
 
-    seams.replace(mp, "checked_dummy_call", unchecked)
-    seams.replace(mp, "dummies_released", lambda made, raised: [] if raised else made)
+    return {"checked_dummy_call": unchecked, "dummies_released_when_raised": "none"}

@@ -7,7 +7,6 @@ generation dummies. The neighbours below come from the same code and the fixes t
 
 from __future__ import annotations
 
-from kvcm import seams
 
 from ._registry import defect
 
@@ -20,9 +19,9 @@ from ._registry import defect
                   "pytest_kvcm/contract/test_target_page_boundary.py::"
                   "test_request_filling_the_free_pages_fits_and_one_more_token_does_not",
                   "suites/engine/test_cuda_graph.py::test_warmup_on_a_page_boundary_captures_every_shape"))
-def gen_dummy_extra_token(mp):
+def gen_dummy_extra_token():
     """Generation dummies hold token_num + E + K + 1: the current input counted twice."""
-    seams.replace(mp, "dummy_draft_slots", lambda reserve, is_gen: reserve + 1 if is_gen else reserve)
+    return {"gen_dummy_extra_slots": 1}
 
 
 @defect("generic-longest-decode", upstream="TensorRT-LLM PR #19213 (reverts the move made in PR #16545)",
@@ -31,10 +30,8 @@ def gen_dummy_extra_token(mp):
         catchers=("suites/managers/test_formulas.py::test_generic_v2_has_no_longest_decode",
                   "suites/managers/test_budget.py::test_ordinary_model_estimation_within_budget",
                   "suites/engine/test_cuda_graph.py::test_warmup_on_a_page_boundary_captures_every_shape"))
-def generic_longest_decode(mp):
-    from kvcm.constraints import generic_constraints, longest_decode
-
-    seams.replace(mp, "generic_v2_constraints", lambda limits: generic_constraints(limits) + [longest_decode(limits)])
+def generic_longest_decode():
+    return {"generic_v2_longest_decode": True}
 
 
 @defect("v4-constraints-ignore-pool-ratio", upstream="TensorRT-LLM PR #19213 (the explicit pool-ratio opt-out)",
@@ -42,10 +39,9 @@ def generic_longest_decode(mp):
         catchers=("suites/managers/test_formulas.py::test_v4_explicit_pool_ratio_has_no_constraints",
                   "suites/managers/test_budget.py::test_deepseek_v4_explicit_ratio_has_no_floors",
                   "suites/managers/test_page_boundary.py::test_deepseek_v4_dummy_at_page_boundary_with_shorts_held"))
-def v4_constraints_ignore_pool_ratio(mp):
+def v4_constraints_ignore_pool_ratio():
     """Only generic V2's floors were dropped for an explicit ratio; V4's (with its longest decode) were kept."""
-    seams.replace(mp, "pool_ratio_floors",
-                  lambda named: named if any(n.name == "longest_decode" for n in named) else [])
+    return {"pool_ratio_keeps_v4_floors": True}
 
 
 @defect("available-tokens-ignore-draft", upstream="TensorRT-LLM PR #17162 (spec extra tokens left out of the "
@@ -54,8 +50,8 @@ def v4_constraints_ignore_pool_ratio(mp):
         catchers=("suites/managers/test_formulas.py::test_v2_available_tokens",
                   "suites/managers/test_page_boundary.py::test_dummy_at_page_boundary_fits",
                   "pytest_kvcm/contract/test_target_available_tokens.py::test_engine_answer_fits_and_is_the_boundary"))
-def available_tokens_ignore_draft(mp):
-    seams.replace(mp, "available_extra", lambda num_extra_kv_tokens, num_draft_tokens: num_extra_kv_tokens)
+def available_tokens_ignore_draft():
+    return {"available_extra": lambda num_extra_kv_tokens, num_draft_tokens: num_extra_kv_tokens}
 
 
 @defect("context-constraint-ignores-extra", upstream="TensorRT-LLM PR #16173 (DSV4 context constraint sized "
@@ -64,11 +60,8 @@ def available_tokens_ignore_draft(mp):
         catchers=("suites/managers/test_formulas.py::test_generic_context_constraint_is_n_plus_e",
                   "suites/managers/test_formulas.py::test_generic_context_floor_counts_extra_tokens",
                   "suites/managers/test_plan_cli.py::test_plan_llama3_v2_limits"))
-def context_constraint_ignores_extra(mp):
-    from kvcm.constraints import generic_constraints
-
-    seams.replace(mp, "generic_v2_constraints",
-                  lambda limits: generic_constraints(limits.replace(num_extra_kv_tokens=0)))
+def context_constraint_ignores_extra():
+    return {"generic_v2_context_counts_extra": False}
 
 
 @defect("stale-window-early-release", upstream="TensorRT-LLM PR #6768 (linear SWA blocks, out-of-window blocks "
@@ -79,5 +72,5 @@ def context_constraint_ignores_extra(mp):
                   "pytest_kvcm/contract/test_target_sliding_window.py::test_window_pages_follow_the_window",
                   "suites/engine/test_gemma3_parity.py::test_prompts_inside_and_across_the_window_chunked",
                   "suites/engine/test_gemma3_tiny.py::test_tiny_gemma3_v1_v2_hf"))
-def stale_window_early_release(mp):
-    seams.replace(mp, "window_first_token", lambda history, window: history + 2 - window)
+def stale_window_early_release():
+    return {"window_first_token": lambda history, window: history + 2 - window}

@@ -6,7 +6,6 @@ request leaves both caches, and the draft's cache must hold every committed toke
 
 from __future__ import annotations
 
-from kvcm import seams
 
 from ._registry import defect
 
@@ -20,8 +19,8 @@ _BUDGET = "suites/managers/test_draft_budget.py::"
               "for, out of memory at the first large batch",
         catchers=(_BUDGET + "test_target_and_draft_pools_fit_one_budget",
                   _BUDGET + "test_engine_caches_share_the_budget"))
-def draft_budget_claimed_twice(mp):
-    seams.replace(mp, "draft_budget_shares", lambda total, target_bytes, draft_bytes: (total, total))
+def draft_budget_claimed_twice():
+    return {"draft_budget_shares": lambda total, target_bytes, draft_bytes: (total, total)}
 
 
 @defect("spec-preempt-keeps-draft", upstream="TensorRT-LLM PR #18093 (target and draft reservations rolled back "
@@ -30,8 +29,8 @@ def draft_budget_claimed_twice(mp):
               "and the request's stale draft history, and its re-prefill failed",
         catchers=(_ENGINE + "test_preemption_with_drafts_in_flight",
                   _ENGINE + "test_preemption_when_the_draft_cache_runs_out"))
-def spec_preempt_keeps_draft(mp):
-    seams.replace(mp, "preempt_frees_draft", lambda has_draft_cache: False)
+def spec_preempt_keeps_draft():
+    return {"preemption_frees_draft": False}
 
 
 @defect("draft-skips-committed-token", upstream="vllm-project/vllm-metal PR #716 (committed tokens not fed to the "
@@ -40,8 +39,8 @@ def spec_preempt_keeps_draft(mp):
               "the drafter proposed from a hole in its context and acceptance fell, tokens still right",
         catchers=(_ENGINE + "test_perfect_drafter_accepts_everything[v1-v2]",
                   _ENGINE + "test_perfect_drafter_accepts_everything[v2-v1]"))
-def draft_skips_committed_token(mp):
-    seams.replace(mp, "draft_catch_up_start", lambda history, num_tokens: num_tokens - 1)  # the last token only
+def draft_skips_committed_token():
+    return {"draft_feeds_every_missing_token": False}
 
 
 _CUTOFF = "suites/engine/test_spec_cutoff.py::"
@@ -55,8 +54,8 @@ _CUTOFF = "suites/engine/test_spec_cutoff.py::"
               "still right",
         catchers=(_CUTOFF + "test_draft_model_cache_catches_up_after_plain_steps[reuse_off-v1-v2]",
                   _CUTOFF + "test_draft_model_cache_catches_up_after_plain_steps[reuse_off-v2-v1]"))
-def draft_cache_stale_after_plain_steps(mp):
-    seams.replace(mp, "draft_refill_stop", lambda context_len, prompt_len: min(context_len, prompt_len))
+def draft_cache_stale_after_plain_steps():
+    return {"draft_refill_to_context_end": False}
 
 
 _GATE = "suites/engine/test_spec_gate.py::"
@@ -68,5 +67,5 @@ _GATE = "suites/engine/test_spec_gate.py::"
               "turned speculation back on the next step: a drafter at a quarter of plain speed kept drafting",
         catchers=(_GATE + "test_a_losing_draft_model_is_turned_off_after_the_window[v1]",
                   _GATE + "test_a_losing_draft_model_is_turned_off_after_the_window[v2]"))
-def spec_gate_overridden_by_cutoff(mp):
-    seams.replace(mp, "speculate_step", lambda under_cutoff, gate_closed: under_cutoff)
+def spec_gate_overridden_by_cutoff():
+    return {"speculate_step": lambda under_cutoff, gate_closed: under_cutoff}

@@ -13,7 +13,5 @@ from ._registry import defect
               "started and hung at 0 tok/s, its longest request one usable block short",
         catchers=("pytest_kvcm/contract/test_target_startup.py::test_kvcm_startup_counts_the_held_back_page",
                   "suites/managers/test_startup_rule.py::test_one_page_short_of_max_model_len_is_refused"))
-def startup_null_block_usable(mp):
-    import kvcm.seams
-
-    kvcm.seams.replace(mp, "startup_usable_pages", lambda num_pages, reserved_pages: num_pages)
+def startup_null_block_usable():
+    return {"startup_usable_pages": lambda num_pages, reserved_pages: num_pages}

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from kvcm import seams
-from kvcm.versions import get
-
 from ._registry import defect
 
 
@@ -14,8 +11,8 @@ from ._registry import defect
               "fits came back E + drafts tokens short",
         catchers=("suites/managers/test_field_defects.py::test_available_tokens_return_a_bound_that_fits",
                   "pytest_kvcm/contract/test_target_available_tokens.py::test_engine_answers_the_bound_when_the_pool_is_larger"))
-def v2_clamp_drops_extra(mp):
-    seams.replace(mp, "clamp_bound", lambda token_num_upper_bound, extra: token_num_upper_bound)
+def v2_clamp_drops_extra():
+    return {"clamp_bound": lambda token_num_upper_bound, extra: token_num_upper_bound}
 
 
 @defect("dummy-leak-on-failure", upstream="TensorRT-LLM PR #17162 (add_dummy_requests leaked the sequences "
@@ -23,8 +20,8 @@ def v2_clamp_drops_extra(mp):
         story="a warmup batch that did not fit left its earlier dummies allocated",
         catchers=("suites/managers/test_field_defects.py::test_failed_dummy_batch_leaves_no_dummy",
                   "pytest_kvcm/contract/test_target_lifecycle.py::test_refused_batch_allocation_leaves_nothing_allocated"))
-def dummy_leak_on_failure(mp):
-    seams.replace(mp, "dummies_released", lambda made, raised: made[-1:])  # only the dummy that failed
+def dummy_leak_on_failure():
+    return {"dummies_released_when_refused": "last", "dummies_released_when_raised": "last"}
 
 
 @defect("v2-max-tokens-capped-by-estimation", upstream="TensorRT-LLM PR #15881 (PR #15091 wrote the estimation "
@@ -34,13 +31,7 @@ def dummy_leak_on_failure(mp):
               "fraction of its budget",
         catchers=("suites/managers/test_field_defects.py::test_final_cache_keeps_its_budget_after_estimation",
                   "suites/engine/test_cache_sizing.py::test_engine_cache_holds_the_tokens_asked_after_estimation"))
-def v2_max_tokens_capped_by_estimation(mp):
-    """V2's final config takes as max_tokens the estimation run's dummy workload: its largest warmup batch."""
-    def capped(kv_cache_config, estimation, report):
-        if (estimation is None or not get(estimation["kvcm_version"]).trtllm_estimation_path or report is None
-                or not report.long_token_nums):
-            return kv_cache_config
-        tokens = max(t + (s.batch_size - 1) * (1 + s.draft_len) for s, t in report.long_token_nums.items())
-        return kv_cache_config.replace(max_tokens=min(tokens, kv_cache_config.max_tokens or tokens))
-
-    seams.replace(mp, "final_cache_config", capped)
+def v2_max_tokens_capped_by_estimation():
+    """V2's final config takes as max_tokens the estimation run's dummy workload: its largest warmup batch
+    (``kvcm.estimation.final_cache_config``)."""
+    return {"final_max_tokens_from_estimation": True}

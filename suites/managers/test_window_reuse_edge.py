@@ -6,8 +6,8 @@ page in the full group is unheld but never a leaf. The pool counted it as availa
 not take it: ``RuntimeError`` from the block pool after the window group had already given a page, a decode that
 then "succeeded" over its pages, an ``IndexError`` on free and a block never free again. TensorRT-LLM's
 ``getFreeBlock`` evicts such a block with its descendants (``freeBlockAndAllDescendants``), which kvcm now does
-(``seams.evict_with_descendants``). And on V2 a refused first context chunk flipped the matched page from HELD to
-LOCKED (``seams.started_after_refused_chunk``). Every call here either succeeds or raises ``OutOfPagesError``
+(the policy's ``evict_with_descendants``). And on V2 a refused first context chunk flipped the matched page from HELD to
+LOCKED (the policy's ``refused_chunk_restores_started``). Every call here either succeeds or raises ``OutOfPagesError``
 with everything observable as it was; after freeing everything and ``reset_prefix_cache()`` every block is free.
 """
 

@@ -4,6 +4,7 @@ page-boundary check with a cached prefix held."""
 import pytest
 
 import kvcm
+import kvcm.policy
 from kvcm.config import KvCacheConfig
 from pytest_kvcm.page_boundary import check_page_boundary
 from kvcm.versions import NAMES as ALL_VERSIONS
@@ -12,6 +13,7 @@ pytestmark = pytest.mark.cpu_only
 
 TESTS = """
 import kvcm
+import kvcm.policy
 
 def test_mode(kvcm_reuse):
     assert kvcm_reuse in (True, False)
@@ -94,16 +96,14 @@ def test_page_boundary_with_a_cached_prefix(version, warm_blocks):
         assert r.boundary == (32 - (r.batch_size - 1)) * 32 and r.capacity_held == r.boundary
 
 
-def test_page_boundary_with_a_cached_prefix_catches_cached_blocks_counted_twice(monkeypatch):
+def test_page_boundary_with_a_cached_prefix_catches_cached_blocks_counted_twice():
     """The check fails when cached blocks are counted as free twice (SGLang #35270's shape): the boundary it
     is told is past the pool, and the long dummy does not fit."""
-    from kvcm import seams
-
-    seams.replace(monkeypatch, "free_blocks", lambda truly_free, reusable: truly_free + 2 * reusable)
+    twice = kvcm.policy.DEFAULT.replacing(free_blocks=lambda truly_free, reusable: truly_free + 2 * reusable)
 
     def make(draft_len):
         return kvcm.KVCacheManagerV2(_spec(), KvCacheConfig(max_tokens=1024), max_batch_size=4, max_seq_len=8192,
-                                     max_draft_len=draft_len, device="meta")
+                                     max_draft_len=draft_len, device="meta", policy=twice)
 
     with pytest.raises(AssertionError, match="cached blocks"):
         check_page_boundary(make, draft_lens=(0,), batch_sizes=(1,), cached_prefix_blocks=3)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvcm import seams
+import kvcm.policy
 from kvcm.errors import OutOfPagesError
 from _observe import all_free_after_reset, check_books, observe
 
@@ -25,15 +25,15 @@ def _replayed(text: str):
 
 
 @pytest.mark.exhaustive
-def test_a_violation_is_reported_as_a_test_that_replays_it(monkeypatch):
-    seams.replace(monkeypatch, "evict_with_descendants", lambda: False)
-    report = Explorer(CFG).run()
+def test_a_violation_is_reported_as_a_test_that_replays_it():
+    leaves_only = kvcm.policy.DEFAULT.replacing(evict_with_descendants=False)
+    with kvcm.policy.applied(leaves_only):
+        report = Explorer(CFG).run()
     raised = [v for v in report.violations if v.kind == "raised"]
     assert raised, report.line()
     shortest = min(raised, key=lambda v: len(v.ops))
     assert "RuntimeError" in shortest.message and len(shortest.ops) <= 6, shortest
     test = _replayed(replay_text(CFG, shortest))
-    with pytest.raises(RuntimeError, match="no cached block can be evicted"):
+    with kvcm.policy.applied(leaves_only), pytest.raises(RuntimeError, match="no cached block can be evicted"):
         test()
-    monkeypatch.undo()
     test()                      # the same calls on the fixed manager: nothing raises
