@@ -32,3 +32,9 @@ class LayerDecisions(Decisions):
           "batch in flight (vLLM issue #49878: a second in-flight batch charged to every sliding pool)")
     def window_bound_blocks(window: int, tpb: int) -> int:
         return ceil_div(window, tpb) + 1
+
+    @rule("the first token of the chunk a chunked-local query reads at this history: the in-flight token's own "
+          "chunk (vLLM ChunkedLocalAttentionManager.get_num_skipped_tokens: n // chunk * chunk); mlx-lm PR #1673: "
+          "Llama 4's ChunkedKVCache trimmed by its padded buffer length and dropped the current chunk's live tokens")
+    def chunk_first_token(history: int, chunk: int, page_size: int) -> int:
+        return history // chunk * chunk
