@@ -144,7 +144,9 @@ class ReuseMixin:
         # copy) and in alloc_new when it held no cached tokens (it did not evict a cached block)
         c.alloc_total_blocks = context - matched + copied + onboarded   # an onboard takes a GPU block too
         c.reused_host_blocks = onboarded
-        c.alloc_new_blocks = min(c.alloc_total_blocks, fresh_before)
+        # V2 counts a page migrated back from the host as a new allocation as well (_record_migrated_slots)
+        migrated = onboarded if self.kvcm_version == "v2" else 0
+        c.alloc_new_blocks = min(c.alloc_total_blocks - migrated, fresh_before) + migrated
         c.reused_tokens, c.queried_tokens = length, len(tokens)
         self._reuse_totals.add(c)
         return length

@@ -152,7 +152,7 @@ class LeveledReuseCache(ReuseCache):
         alive = [(node, page) for node, page in fallen if node.host[g] == _PENDING]
         keep = min(host.num_free, len(alive))
         for node, _ in alive[:len(alive) - keep]:
-            self._drop(node, g)
+            self._drop(node, g, victim=False)
         for node, page in alive[len(alive) - keep:]:
             if node.host[g] == _PENDING:          # a drop above can take a pending descendant with it
                 self._accept(node, g, page)
@@ -189,14 +189,16 @@ class LeveledReuseCache(ReuseCache):
             return node
         return None
 
-    def _drop(self, node: Node, g: int) -> None:
+    def _drop(self, node: Node, g: int, *, victim: bool = True) -> None:
         """The block's page in group g leaves the last level, and so the cache; in a full-attention group every
-        descendant's page in g goes with it (a held GPU page stays with its request, private)."""
+        descendant's page in g goes with it (a held GPU page stays with its request, private). Only the host's own
+        victims count as dropped (``iter_host_dropped_blocks``: the last level's direct LRU victims, not the
+        fallen pages it had no room for nor the descendants the tree lets go)."""
         if self.groups[g].is_full and seams.host_drop_takes_descendants():
             for child in deepest_first(node):
                 self._forget(child, g)
         self._forget(node, g)
-        self.host_dropped += 1
+        self.host_dropped += victim
 
     def _forget(self, node: Node, g: int) -> None:
         """Whatever the node holds in group g, on either level or pending between them, leaves the tree."""
