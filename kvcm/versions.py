@@ -40,7 +40,8 @@ class ManagerVersion:
     draft_budget_split: Literal["one-model draft", "variable windows"]
     # V1 always reserves ``max_draft_len`` draft slots with a context chunk; V2 reserves the step's own drafts
     reserves_max_draft_len: bool
-    # kvcm models a host tier (TensorRT-LLM V1's secondary pool, ``reuse/host_tier.py``) for this version
+    # kvcm models a host tier for this version (V1's secondary pool, ``reuse/host_tier.py``; V2's host level,
+    # ``reuse/host_level.py``)
     host_tier_modelled: bool
 
     @property
@@ -60,7 +61,7 @@ MANAGERS: dict[str, ManagerVersion] = {m.name: m for m in (
                    "KVCacheManagerV2)",
                    releases_window_pages=True, serves_deepseek_v4=True, common_max_tokens_across_ranks=False,
                    trtllm_estimation_path=True, draft_budget_split="one-model draft",
-                   reserves_max_draft_len=False, host_tier_modelled=False),
+                   reserves_max_draft_len=False, host_tier_modelled=True),
 )}
 
 NAMES: tuple[str, ...] = tuple(MANAGERS)          # every concrete version, in the order runs and tables show them

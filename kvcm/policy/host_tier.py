@@ -1,5 +1,5 @@
-"""V1's host tier, retention durations and rewinds (``kvcm/reuse/host_tier.py``, ``kvcm/reuse/retention.py``,
-``kvcm/free_queue.py``, ``kvcm/manager_v1.py``)."""
+"""V1's host tier, V2's host level, retention durations and rewinds (``kvcm/reuse/host_tier.py``,
+``kvcm/reuse/host_level.py``, ``kvcm/reuse/retention.py``, ``kvcm/free_queue.py``, ``kvcm/manager_v1.py``)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,23 @@ class HostTierDecisions(Decisions):
         True, "whether a matched block takes the priority and duration of the request that reuses it "
         "(claimBlock(block, priority, duration) in loadOrAllocateBlocks; KVCacheManagerEventStreamPriority sees 50 "
         "-> 10); without it a request could not lower or raise a shared prefix's retention")
+
+    # ---- V2's host level (kvcm/reuse/host_level.py; TensorRT-LLM kv_cache_manager_v2 _storage_manager.py, _page.py)
+    onboard_source_protected = setting(
+        True, "whether a host page a match is migrating back to the GPU is out of the host level's eviction while "
+        "GPU slots are prepared for it (batched_lock_to_gpu excludes the pages from eviction first); without it the "
+        "host evicted, for the pages the GPU pushed down, the very page being onboarded (SGLang PR #27631: a "
+        "re-entrant evict_host freed pages being loaded)")
+
+    host_drop_takes_descendants = setting(
+        True, "whether a page dropped at the last level takes its block's descendants with it in a full-attention "
+        "group (Block.clear_stale_blocks_after_page_unlink -> remove_subtree): descendants left behind are "
+        "unreachable and keep host and GPU pages counted as cached")
+
+    store_beside_host_copy = setting(
+        False, "whether a request committing a block that the tree holds on the host level installs its GPU page "
+        "beside the host one (no: a block holds one page a life cycle, and an equal coverage does not replace it, "
+        "Block.can_replace_page); beside it the block was counted on both levels")
 
     rewind_to_front = setting(
         True, "whether a rewound block goes to the front of its queue (removeToken -> releaseLastBlock(toFront=true)), "

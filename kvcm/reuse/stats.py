@@ -20,6 +20,24 @@ class BlockCounts:
     total: int
 
 
+@dataclass(frozen=True)
+class LevelStatistics:
+    """One cache level of one group in pages, as TensorRT-LLM V2's ``StorageStatistics``: what an allocation at
+    that level can have is ``available``, the free pages and the cached ones nobody holds (evicted on demand)."""
+
+    total: int
+    free: int
+    evictable: int
+
+    @property
+    def available(self) -> int:
+        return self.free + self.evictable
+
+    @property
+    def unavailable(self) -> int:
+        return self.total - self.available
+
+
 @dataclass
 class ReuseCounters:
     """What matching did, for one request or summed over a manager (TensorRT-LLM's ``mReusedBlocks`` ...)."""
