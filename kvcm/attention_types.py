@@ -10,8 +10,8 @@ size of ``page_size`` tokens (``tokens_per_block``): the oldest token the in-fli
 * ``SlidingWindow(window, sink_tokens)``: the last ``window`` tokens plus the first ``sink_tokens``
   (docs/semantics.md 4.1; ``seams.window_first_token``, ``seams.window_bound_blocks``).
 * ``ChunkedLocal(chunk)``: the tokens of the query's own chunk of ``chunk`` positions, Llama 4's
-  ``attention_chunk_size`` (vLLM ``v1/core/single_type_kv_cache_manager.py`` ``ChunkedLocalAttentionManager``:
-  ``get_num_skipped_tokens(n) = n // chunk * chunk``, and ``find_longest_cache_hit`` looks up only the pages
+  ``attention_chunk_size`` (``seams.chunk_first_token``; vLLM ``v1/core/single_type_kv_cache_manager.py``
+  ``ChunkedLocalAttentionManager``: ``get_num_skipped_tokens(n) = n // chunk * chunk``, and ``find_longest_cache_hit`` looks up only the pages
   from the last chunk's start; ``v1/kv_cache_interface.py`` ``ChunkedLocalAttentionSpec``; TensorRT-LLM's
   ``attention_chunk_size`` in ``tensorrt_llm/_torch/attention_backend/interface.py``).
 
@@ -42,6 +42,18 @@ class AttentionType:
     def window(self) -> int | None:
         """The sliding window, for code that reports it (None for every other type)."""
         return None
+
+    @property
+    def chunk_tokens(self) -> int | None:
+        """The attention chunk, for the kernels that mask by it (None for every other type)."""
+        return None
+
+    def mask_floor(self, positions):
+        """The lowest key position a query at ``positions`` (an int or a tensor) attends to, as the model defines
+        it: what the engine's attention masks by. It is the model's rule, not the release decision
+        (``first_live_token``, which a defect may change), so a page released too early is missed by a query
+        that still reads it and the output leaves Hugging Face's."""
+        return 0
 
     def first_live_token(self, history: int) -> int:
         """The oldest token the query at position ``history`` (the in-flight token) reads."""
@@ -81,6 +93,10 @@ class SlidingWindow(AttentionType):
     def window(self) -> int:
         return self.window_tokens
 
+    def mask_floor(self, positions):
+        """Sinks aside: no Hugging Face model the engine runs has them."""
+        return positions + 1 - self.window_tokens
+
     def sink_pages(self, page_size: int) -> int:
         return ceil_div(self.sink_tokens, page_size)
 
@@ -105,11 +121,20 @@ class ChunkedLocal(AttentionType):
     kind = "chunked"
     releases_pages = True
 
-    def first_live_token(self, history: int) -> int:
-        return history // self.chunk * self.chunk
+    @property
+    def chunk_tokens(self) -> int:
+        return self.chunk
+
+    def mask_floor(self, positions):
+        """The query's own chunk: Hugging Face's ``chunked_overlay`` (``masking_utils.py``) keeps key ``k`` for
+        query ``q`` when ``k // chunk == q // chunk``."""
+        return positions // self.chunk * self.chunk
+
+    def first_live_token(self, history: int, page_size: int = 1) -> int:
+        return seams.chunk_first_token(history, self.chunk, page_size)
 
     def stale_range(self, history: int, page_size: int) -> tuple[int, int]:
-        return 0, self.first_live_token(history) // page_size
+        return 0, self.first_live_token(history, page_size) // page_size
 
     def max_pages(self, page_size: int) -> int:
         """The pages of one whole chunk at its worst alignment to the pages (a chunk starts at a multiple of

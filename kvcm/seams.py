@@ -441,3 +441,11 @@ def claim_sets_retention() -> bool:
       "the next token takes it again; at the back a speculative step's rejected drafts pushed cached blocks out")
 def rewind_to_front() -> bool:
     return True
+
+
+# ---- chunked local attention (kvcm/attention_types.py ChunkedLocal) -------------------------------------------------
+@seam("the first token of the chunk a chunked-local query reads at this history: the in-flight token's own chunk "
+      "(vLLM ChunkedLocalAttentionManager.get_num_skipped_tokens: n // chunk * chunk); mlx-lm PR #1673: Llama 4's "
+      "ChunkedKVCache trimmed by its padded buffer length and dropped the current chunk's live tokens")
+def chunk_first_token(history: int, chunk: int, page_size: int) -> int:
+    return history // chunk * chunk

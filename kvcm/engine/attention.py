@@ -8,7 +8,8 @@ Per layer the function
 
 1. writes the new K/V into ``mgr.layer_kv(layer)`` at the slot mapping (block ``p // tpb``, slot ``p % tpb``);
 2. attends: sequence ``s`` has queries at positions ``seq_lens[s] - q_len .. seq_lens[s] - 1`` and reads keys
-   up to each query's position (the last ``window`` of them for a sliding layer) through its block table.
+   up to each query's position, from the layer's attention type's ``mask_floor`` (the last ``window`` of them for
+   a sliding layer, the query's own chunk for a chunked-local one) through its block table.
 
 On CUDA both steps are one Triton launch each (``triton_attention.py``: no gather, no padding, graph-safe for
 any mix of decodes and prefill chunks). Elsewhere the torch reference below does the same arithmetic: the
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..attention_types import AttentionType, SlidingWindow
 from . import triton_attention
 
 NAME = "kvcm_paged"
@@ -47,7 +49,7 @@ class KernelOptions:
 @dataclass
 class GroupMeta:
     """One layer group's view of the step."""
-    window: int | None                 # the manager's window for the group (pages it may release)
+    attention: AttentionType           # the group's attention type (which pages the manager may release)
     slot_block: torch.Tensor           # [T] long: physical block of each new token
     slot_offset: torch.Tensor          # [T] long: slot in that block
     block_table: torch.Tensor          # [S, W] long: physical block of each logical block, -1 = none
@@ -86,6 +88,20 @@ def _layer_window(module, kwargs) -> int | None:
     return int(w) if w else None
 
 
+def _layer_attention(module, kwargs, group: AttentionType, layer: int, g: int) -> AttentionType:
+    """The layer's attention as the model runs it: the sliding window transformers passes (or the module holds),
+    else the group's type. Some transformers versions pass no window, and no model passes its attention chunk
+    (Llama 4 builds a chunked mask the paged path does not read); the model spec read the same config, so the
+    group's type is the layer's there (a wrong spec shows up as a parity failure, not silence)."""
+    w = _layer_window(module, kwargs)
+    if not w or w == group.window:
+        return group
+    if group.releases_pages and not (isinstance(group, SlidingWindow) and w <= group.window):
+        raise ValueError(f"layer {layer}: the model attends to window {w} but the cache releases pages as "
+                         f"{group.label()} (layer group {g}); the model spec and the model disagree")
+    return SlidingWindow(w)
+
+
 def _gqa_sdpa(q, k, v, bias, scale):
     """q [B, ql, H, D], k/v [B, kvh, L, D], bias [B, 1, rep * ql, L] (0 or -inf) -> [B, ql, H, D].
 
@@ -118,21 +134,22 @@ def _pages(kv, bt, dtype):
             .view(b, -1, kv.shape[-2], kv.shape[-1]).transpose(1, 2) for f in (0, 1)]
 
 
-def _bias(keep, qpos, window, rep: int, dtype, first: int = 0):
+def _bias(keep, qpos, attention: AttentionType, rep: int, dtype, first: int = 0):
     """keep [B, L] (key j is position first + j), qpos [B, ql] -> SDPA bias [B, 1, rep * ql, L]: 0 where the
-    query may read the key (held, causal, in the window), -inf elsewhere; rows repeat per folded head."""
+    query may read the key (held, causal, at or above the type's mask floor), -inf elsewhere; rows repeat per
+    folded head."""
     j = first + torch.arange(keep.shape[-1], device=keep.device)
-    mask = keep[:, None, :] & (j[None, None, :] <= qpos[:, :, None])
-    if window is not None:
-        mask = mask & (j[None, None, :] > qpos[:, :, None] - window)
+    q = qpos[:, :, None]
+    mask = keep[:, None, :] & (j[None, None, :] <= q) & (j[None, None, :] >= attention.mask_floor(q))
     b, ql, length = mask.shape
     mask = mask[:, None, None].expand(b, 1, rep, ql, length).reshape(b, 1, rep * ql, length)
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
-def _row_plans(ctx: AttentionContext, g: int, window: int | None, rep: int, dtype):
-    """Per group and window, what the layers share: (packed rows, block table, SDPA bias) per attention call."""
-    key = (g, window, rep, dtype)
+def _row_plans(ctx: AttentionContext, g: int, attention: AttentionType, rep: int, dtype):
+    """Per group and attention type, what the layers share: (packed rows, block table, SDPA bias) per attention
+    call."""
+    key = (g, attention, rep, dtype)
     if key in ctx.cache:
         return ctx.cache[key]
     meta, tpb, dev = ctx.groups[g], ctx.tokens_per_block, ctx.seq_lens.device
@@ -142,26 +159,26 @@ def _row_plans(ctx: AttentionContext, g: int, window: int | None, rep: int, dtyp
         kv_lens = ctx.seq_lens[:nu]
         bt = meta.block_table[:nu]
         qpos = kv_lens[:, None] - ql + torch.arange(ql, device=dev)[None]
-        plans.append(((0, nu * ql, nu, ql), bt, _bias(_held(bt, kv_lens, tpb), qpos, window, rep, dtype)))
+        plans.append(((0, nu * ql, nu, ql), bt, _bias(_held(bt, kv_lens, tpb), qpos, attention, rep, dtype)))
     qs, lens = ctx.host_query_start, ctx.host_seq_lens
     for s in range(nu, len(lens)):
         a, b, kv_len = int(qs[s]), int(qs[s + 1]), int(lens[s])
         if b == a or kv_len <= 0:
             continue
         pos0 = kv_len - (b - a)
-        first = max(0, (pos0 + 1 - window) // tpb) if window else 0
+        first = max(0, attention.mask_floor(pos0) // tpb)      # the floor grows with the position
         bt = meta.block_table[s:s + 1, first:(kv_len - 1) // tpb + 1]
         keep = _held(bt, ctx.seq_lens[s:s + 1] - first * tpb, tpb)
         qpos = torch.arange(pos0, kv_len, device=dev)[None]
-        plans.append(((a, b, 1, b - a), bt, _bias(keep, qpos, window, rep, dtype, first * tpb)))
+        plans.append(((a, b, 1, b - a), bt, _bias(keep, qpos, attention, rep, dtype, first * tpb)))
     ctx.cache[key] = plans
     return plans
 
 
-def _torch_attention(ctx: AttentionContext, g: int, window: int | None, q, kv, scale):
+def _torch_attention(ctx: AttentionContext, g: int, attention: AttentionType, q, kv, scale):
     """The reference: q [T, H, D] -> [T, H, D] (rows of no sequence, or of KV length 0, stay 0)."""
     heads = q.shape[1]
-    plans = _row_plans(ctx, g, window, heads // kv.shape[-2], q.dtype)
+    plans = _row_plans(ctx, g, attention, heads // kv.shape[-2], q.dtype)
     covered = sum(b - a for (a, b, _, _), *_ in plans)
     out = torch.empty_like(q) if covered == q.shape[0] else torch.zeros_like(q)
     for (a, b, rows, ql), bt, bias in plans:
@@ -180,14 +197,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     layer = module.layer_idx
     g = ctx.group_of_layer[layer]
     meta = ctx.groups[g]
-    window = _layer_window(module, kwargs)
-    if window is None:
-        # Some transformers versions pass no window to the attention function; the model spec read the same
-        # config, so the group's window is the layer's (a wrong spec shows up as a parity failure, not silence).
-        window = meta.window
-    if meta.window is not None and window > meta.window:
-        raise ValueError(f"layer {layer}: the model attends to window {window} but the cache releases pages "
-                         f"outside window {meta.window} (layer group {g}); the model spec and the model disagree")
+    attention = _layer_attention(module, kwargs, meta.attention, layer, g)
     kv = ctx.layer_kv[layer]
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     q = query[0].transpose(0, 1)                   # [T, H, D]
@@ -196,12 +206,13 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     if ctx.use_kernel:
         triton_attention.store_kv(kv, k_new, v_new, meta.slot_block, meta.slot_offset)
         out = triton_attention.paged_attention(q, kv, meta.block_table, ctx.seq_lens, ctx.query_start,
-                                               scale=scale, window=window, tpb=ctx.tokens_per_block,
+                                               scale=scale, window=attention.window, chunk=attention.chunk_tokens,
+                                               tpb=ctx.tokens_per_block,
                                                split_len=ctx.split_len, block_m=ctx.block_m)
     else:
         kv[:, 0].index_put_((meta.slot_block, meta.slot_offset), k_new.to(kv.dtype))
         kv[:, 1].index_put_((meta.slot_block, meta.slot_offset), v_new.to(kv.dtype))
-        out = _torch_attention(ctx, g, window, q, kv, scale)
+        out = _torch_attention(ctx, g, attention, q, kv, scale)
     return out[None], None
 
 

@@ -59,7 +59,7 @@ class StaticStep:
                  max_seq_len: int, pad_tables: list[list[int]], q_len: int | None = None):
         self.runner, self.q_len, self.pad_tables = runner, q_len, pad_tables
         self.buf = StepBuffers(num_tokens=num_tokens, num_seqs=num_seqs, num_logits=num_logits,
-                               width=ceil_div(max_seq_len, runner.tpb), num_groups=len(runner.windows),
+                               width=ceil_div(max_seq_len, runner.tpb), num_groups=len(runner.attention_types),
                                device=runner.device, pinned=True)
         self.ctx = None
         self.graph = None

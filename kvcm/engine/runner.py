@@ -45,13 +45,15 @@ class ModelRunner:
         self.kernel = kernel
         self.device = torch.device(device)
         self.tracer = tracer
-        self.base = getattr(model, model.base_model_prefix)
+        # the decoder body; Llama 4's text model keeps the multimodal wrapper's prefix (language_model) but holds
+        # its body as ``model``
+        self.base = getattr(model, model.base_model_prefix, None) or model.model
         self.lm_head = model.get_output_embeddings()
         self.tpb = mgr.tokens_per_block
         self.num_layers = model.config.num_hidden_layers
         self.layer_kv = {li: mgr.layer_kv(li) for li in range(self.num_layers)}
         self.group_of_layer = {li: mgr.group_of_layer(li) for li in range(self.num_layers)}
-        self.windows = [g.window for g in mgr.layer_groups]
+        self.attention_types = [g.attention for g in mgr.layer_groups]
         self.use_kernel = triton_attention.available(self.device.type)
         self.fused = fused.fused_ops(model, self.device)
         self.layers = fused_layers.fused_layers(model, self.device) if kernel.fused_layers else None
@@ -97,8 +99,8 @@ class ModelRunner:
 
     def context(self, buf: StepBuffers, filled: Filled) -> AttentionContext:
         d = buf.d
-        groups = [GroupMeta(w, d[f"slot_block{g}"], d[f"slot_offset{g}"], d[f"block_table{g}"])
-                  for g, w in enumerate(self.windows)]
+        groups = [GroupMeta(t, d[f"slot_block{g}"], d[f"slot_offset{g}"], d[f"block_table{g}"])
+                  for g, t in enumerate(self.attention_types)]
         # a step of decodes only (every row, a graph's padding rows too, alike): its keys may be split; any other
         # step carries prefill and takes the prefill tile. A static step keeps this context, so a token bucket
         # (first filled with padding only) never splits

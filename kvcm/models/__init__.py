@@ -8,9 +8,9 @@ truncated drafters, ``baseline`` runs Hugging Face ``generate``.
 from .baseline import GenOutput, chat_prompt_ids, hf_generate
 from .smollm2 import (INSTALL_HINT, SMOLLM2_GGUF_NAME, SMOLLM2_NAME, SMOLLM2_PACKAGE, ModelNotInstalled,
                       find_smollm2_gguf, load_smollm2, smollm2_cache_dir)
-from .tiny import TINY_ARCHS, TINY_INIT_STD, tiny_model, truncated_drafter
+from .tiny import TINY_ARCHS, TINY_INIT_STD, tiny_llama4, tiny_model, truncated_drafter
 
 __all__ = [
     "GenOutput", "chat_prompt_ids", "hf_generate", "INSTALL_HINT", "SMOLLM2_GGUF_NAME", "SMOLLM2_NAME",
-    "SMOLLM2_PACKAGE", "ModelNotInstalled", "find_smollm2_gguf", "load_smollm2", "smollm2_cache_dir", "TINY_ARCHS", "TINY_INIT_STD", "tiny_model", "truncated_drafter",
+    "SMOLLM2_PACKAGE", "ModelNotInstalled", "find_smollm2_gguf", "load_smollm2", "smollm2_cache_dir", "TINY_ARCHS", "TINY_INIT_STD", "tiny_llama4", "tiny_model", "truncated_drafter",
 ]

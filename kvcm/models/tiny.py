@@ -82,3 +82,25 @@ def truncated_drafter(model, num_layers: int):
     drafter.config = config
     inner.config = config
     return drafter
+
+
+def tiny_llama4(chunk: int = 8, seed: int = 0, num_hidden_layers: int = 4):
+    """A seeded random text-only Llama 4 (``Llama4ForCausalLM``) at toy size: chunked-local attention of
+    ``chunk`` tokens on three layers of four, full attention (no RoPE) on every fourth, as Llama 4 Scout lays them
+    out, dense MLPs (no experts) and no attention temperature tuning (kvcm's engine does not apply it)."""
+    import transformers as tf
+
+    cfg = tf.Llama4TextConfig(**dict(_TINY_COMMON, intermediate_size_mlp=128, num_hidden_layers=num_hidden_layers,
+                                     head_dim=16, moe_layers=[], attention_chunk_size=chunk,
+                                     attn_temperature_tuning=False, tie_word_embeddings=False))
+    cfg._attn_implementation = "sdpa"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = tf.Llama4ForCausalLM(cfg).float().eval()
+        with torch.no_grad():  # wide init, as tiny_model's: greedy margins far above fp32 rounding
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.normal_(0.0, TINY_INIT_STD)
+    model.generation_config.pad_token_id = cfg.pad_token_id
+    model.generation_config.eos_token_id = cfg.eos_token_id
+    return model

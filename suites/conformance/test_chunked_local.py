@@ -125,11 +125,3 @@ def test_plan_sizes_a_chunked_model(tmp_path, capsys):
     assert groups["chunk1024"]["num_blocks"] == 8 * ChunkedLocal(1024).max_pages(32)
     assert by["v2"]["max_concurrency"] >= by["v1"]["max_concurrency"]
 
-
-def test_the_engine_refuses_a_chunked_layer_before_any_page():
-    """The engine's attention masks full and sliding layers only; a chunked layer would read released pages."""
-    from kvcm.engine import checks
-
-    with pytest.raises(kvcm.ConfigError, match="chunked_attention at layers \\[1\\].*full and sliding-window"):
-        checks.check_attention_types(chunked_spec())
-    checks.check_attention_types(ModelSpec.uniform(2, 1, 8, sliding_window=16))

@@ -70,19 +70,28 @@ def check_books(mgr) -> None:
             seq = mgr._seqs[rid]
             blocks = seq.blocks[g]
             assert len(blocks) == ceil_div(seq.capacity, tpb), (rid, g, len(blocks), seq.capacity)
-            # V1 keeps every block; V2 releases only blocks before the window (and its sinks) at this history
+            # V1 keeps every block; V2 releases only blocks before the window (and its sinks) or the chunk at
+            # this history
             lo, hi = (0, 0) if mgr.kvcm_version == "v1" else stale_blocks(group.window, group.sink_tokens,
-                                                                          seq.history, tpb)
+                                                                          seq.history, tpb, _chunk(group))
             for i, page in enumerate(blocks):
                 if page < 0:
                     assert lo <= i < hi, f"{rid!r} group {g}: block {i} of {len(blocks)} has no page outside the " \
                         f"stale range [{lo}, {hi}) at history {seq.history}"
 
 
-def stale_blocks(window, sinks: int, history: int, tpb: int) -> tuple[int, int]:
-    """Logical blocks [lo, hi) no future query of a window reads at this history (docs/semantics.md 4.1),
-    written out again here rather than asked of ``kvcm.layer_groups``: the in-flight token's window starts at
-    ``history + 1 - window``, sink blocks stay."""
+def _chunk(group) -> int | None:
+    """A chunked-local group's chunk in tokens (its type's field; the arithmetic stays here)."""
+    return getattr(group.attention, "chunk", None)
+
+
+def stale_blocks(window, sinks: int, history: int, tpb: int, chunk: int | None = None) -> tuple[int, int]:
+    """Logical blocks [lo, hi) no future query of a window or an attention chunk reads at this history
+    (docs/semantics.md 4.1), written out again here rather than asked of ``kvcm.layer_groups``: the in-flight
+    token's window starts at ``history + 1 - window``, sink blocks stay; its chunk starts at the multiple of
+    ``chunk`` at or below ``history`` (Hugging Face's ``chunked_overlay``: ``k // chunk == q // chunk``)."""
+    if chunk is not None:
+        return 0, history // chunk * chunk // tpb
     if window is None:
         return 0, 0
     lo = min(ceil_div(history, tpb), ceil_div(sinks, tpb))

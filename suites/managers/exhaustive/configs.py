@@ -19,16 +19,17 @@ REUSE = {"off": dict(enable_block_reuse=False),
          "partial": dict(enable_block_reuse=True, enable_partial_reuse=True, copy_on_partial_reuse=False),
          "copy": dict(enable_block_reuse=True, enable_partial_reuse=True, copy_on_partial_reuse=True)}
 LAYOUTS = ("full", "full+window", "two-windows")
+CHUNKED = "full+chunked"          # a chunked-local group (Llama 4) beside a full one: its own, smaller set of runs
 
 
 @dataclass(frozen=True)
 class Config:
     """One configuration. ``window`` is in blocks (tokens = window * tpb + ``window_offset``: an unaligned window
-    keeps a partial block); ``ids``: requests are made with their token ids (``add_sequence``), else by their first
+    keeps a partial block), and so is the attention chunk of the chunked layout; ``ids``: requests are made with their token ids (``add_sequence``), else by their first
     context chunk; ``draft``: the limits' ``max_draft_len`` (draft tokens decoded, fewer accepted)."""
 
     version: str                 # "v1", "v2" or "dsv4"
-    layout: str                  # one of LAYOUTS (DeepSeek-V4: its own three groups)
+    layout: str                  # one of LAYOUTS or CHUNKED (DeepSeek-V4: its own three groups)
     tpb: int
     blocks: int                  # per group
     reuse: str                   # a key of REUSE
@@ -75,6 +76,9 @@ def _spec(cfg: Config) -> ModelSpec:
     full = LayerSpec(1, 8, "bfloat16", model_layer=0)
     if cfg.layout == "full":
         return ModelSpec((full,), name="full")
+    if cfg.layout == CHUNKED:
+        return ModelSpec((LayerSpec(1, 8, "bfloat16", attention_chunk=t, model_layer=0),
+                          LayerSpec(1, 8, "bfloat16", model_layer=1)), name="chunked-full")
     if cfg.layout == "full+window":
         return ModelSpec((LayerSpec(1, 8, "bfloat16", t, model_layer=0), LayerSpec(1, 8, "bfloat16", model_layer=1)),
                          name="window-full")
@@ -135,6 +139,12 @@ def default_configs() -> list[Config]:
         out.append(Config(version, "full", 2, 5, "off", ids=True, draft=1, extra=1, max_states=4000))
         out.append(Config(version, "full+window", 4, 6, "on", ids=True, window=2, window_offset=2,
                           extra=1, max_states=4000))
+    # chunked local attention: a chunk of two blocks, reuse off (every state) and copy with drafts, and on V2 a
+    # chunk of one and a half blocks with reuse (V1 keeps a chunked group's every block, as a full one's)
+    for version, budget in (("v1", 1500), ("v2", 2500)):
+        out.append(Config(version, CHUNKED, 2, 4, "off", ids=True, max_states=2000))
+        out.append(Config(version, CHUNKED, 2, 5, "copy", ids=True, draft=1, max_states=budget))
+    out.append(Config("v2", CHUNKED, 4, 5, "on", ids=True, window=1, window_offset=2, max_states=2500))
     # V1's host tier: evicted blocks offload to 2 host blocks a group and onboard on a hit (and refresh_blocks)
     out.append(Config("v1", "full", 2, 4, "on", ids=True, host=2, max_states=3000))
     out.append(Config("v1", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000))
