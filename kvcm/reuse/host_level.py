@@ -92,6 +92,9 @@ class HostSlots:
 class LeveledReuseCache(ReuseCache):
     """``ReuseCache`` (V2's GPU level) with a host level per group behind it."""
 
+    evictable_counts_as_free = True       # KvCacheStats.free_num_host_blocks is available (secondary_free_num_blocks)
+    migration_is_new_allocation = True    # a page migrated back is in alloc_new too (_record_migrated_slots)
+
     def __init__(self, pools, groups, leaf_only: list[bool], *, num_host_blocks: list[int]):
         super().__init__(pools, groups, leaf_only)
         self.host: list[HostSlots] = []
