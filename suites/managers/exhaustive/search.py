@@ -222,6 +222,9 @@ class Explorer:
         for g in range(len(mgr.pools)) if cfg.host else ():   # the host tier: every block free or holding one
             host = mgr.get_host_block_counts(g)
             assert host.free + host.reusable == host.total == cfg.host and host.in_use == 0, (g, host)
+            if cfg.version == "v2":     # V2's StorageStatistics of the host level: available = free + evictable
+                level = mgr.get_level_statistics(1, g)
+                assert (level.total, level.available) == (cfg.host, host.free + host.reusable), (g, level, host)
             stats = mgr.get_kv_cache_stats() if hasattr(mgr, "get_kv_cache_stats") else None
             if stats is not None and hasattr(stats, "offloaded_blocks"):
                 assert stats.offloaded_blocks >= stats.onboarded_blocks, stats
