@@ -43,6 +43,11 @@ class AttentionType:
         """The sliding window, for code that reports it (None for every other type)."""
         return None
 
+    @property
+    def chunk_tokens(self) -> int | None:
+        """The attention chunk, for the kernels that mask by it (None for every other type)."""
+        return None
+
     def mask_floor(self, positions):
         """The lowest key position a query at ``positions`` (an int or a tensor) attends to, as the model defines
         it: what the engine's attention masks by. It is the model's rule, not the release decision
@@ -117,6 +122,10 @@ class ChunkedLocal(AttentionType):
 
     kind = "chunked"
     releases_pages = True
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self.chunk
 
     def mask_floor(self, positions):
         """The query's own chunk: Hugging Face's ``chunked_overlay`` (``masking_utils.py``) keeps key ``k`` for

@@ -48,7 +48,7 @@ def entry(manager, args) -> dict | None:
     block_bytes = sum(g.bytes_per_block for g in manager.layer_groups)
     gpu = min(g.num_blocks for g in manager.layer_groups)
     cfg = manager.kv_cache_config
-    if manager.kvcm_version == "v2":      # the host level splits its bytes between the groups as the GPU level does
+    if versions.get(manager.kvcm_version).host_tier_kind == "host level":   # split as the GPU level's bytes
         from .reuse.host_level import host_level_blocks
 
         per_group = host_level_blocks(host_bytes, manager.pools)

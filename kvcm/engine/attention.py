@@ -12,7 +12,7 @@ Per layer the function
    a sliding layer, the query's own chunk for a chunked-local one) through its block table.
 
 On CUDA both steps are one Triton launch each (``triton_attention.py``: no gather, no padding, graph-safe for
-any mix of decodes and prefill chunks; full and sliding layers only, ``checks.check_attention_types``). Elsewhere the torch reference below does the same arithmetic: the
+any mix of decodes and prefill chunks). Elsewhere the torch reference below does the same arithmetic: the
 leading rows that share one query length (decodes, or a graph's decode shape) in one batched gather of their
 block tables, padded to the longest and masked; the other rows (prefill chunks) one by one over the pages
 their queries can see. Released (-1) and padding entries are clamped to block 0 for the gather and masked, and
@@ -206,7 +206,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     if ctx.use_kernel:
         triton_attention.store_kv(kv, k_new, v_new, meta.slot_block, meta.slot_offset)
         out = triton_attention.paged_attention(q, kv, meta.block_table, ctx.seq_lens, ctx.query_start,
-                                               scale=scale, window=attention.window, tpb=ctx.tokens_per_block,
+                                               scale=scale, window=attention.window, chunk=attention.chunk_tokens,
+                                               tpb=ctx.tokens_per_block,
                                                split_len=ctx.split_len, block_m=ctx.block_m)
     else:
         kv[:, 0].index_put_((meta.slot_block, meta.slot_offset), k_new.to(kv.dtype))

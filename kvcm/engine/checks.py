@@ -57,21 +57,12 @@ def check_tokenizer(tokenizer) -> None:
                                                          "(a transformers tokenizer)")
 
 
-def check_attention_types(spec, limits, config=None) -> None:
-    """The torch attention (``attention.py``) masks full, sliding-window and chunked-local layers (Llama 4's
-    ``attention_chunk_size``); the Triton kernels (``triton_attention.py``, ``fused_layers.py``) only the first
-    two, so a chunked-local layer where they run is refused before any page is allocated (``limits``: the
-    engine's ``kvcm.limits.Limits``).
-
-    Llama 4's attention temperature tuning scales its no-RoPE layers' queries by positions it counts from Hugging
-    Face's cache, which the paged path does not keep (it counts a step's packed tokens from 0): the tuning is a
-    factor of 1 below ``floor_scale``, so the longest request and the largest step must stay below it."""
-    device = torch.device(limits.device)
-    chunked = [i for i, layer in enumerate(spec.layers) if layer.attention_chunk is not None]
-    if chunked and triton_attention.available(device.type):
-        raise ConfigError("model.config.layer_types", f"chunked_attention at layers {chunked[:4]}",
-                          f"kvcm's Triton kernels (device={device.type!r}) attend full and sliding-window layers "
-                          f"only; the torch attention (device='cpu', no TRITON_INTERPRET) runs chunked-local ones")
+def check_temperature_tuning(config, limits) -> None:
+    """Llama 4's attention temperature tuning scales its no-RoPE layers' queries by positions it counts from
+    Hugging Face's cache, which the paged path does not keep (it counts a step's packed tokens from 0): the tuning
+    is a factor of 1 below ``floor_scale``, so the longest request and the largest step must stay below it
+    (``limits``: the engine's ``kvcm.limits.Limits``). Every attention type is one the engine's attention masks
+    (``attention.py``, ``triton_attention.py``): full, sliding-window, chunked-local."""
     floor = getattr(config, "floor_scale", None)
     if not (getattr(config, "attn_temperature_tuning", False) and isinstance(floor, int)):
         return

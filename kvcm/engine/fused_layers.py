@@ -229,6 +229,7 @@ class FusedLayers:
             with self._range("attention"):
                 o = triton_attention.paged_attention(q, kv, meta.block_table, ctx.seq_lens, ctx.query_start,
                                                      scale=attn.scaling, window=meta.attention.window,
+                                                     chunk=meta.attention.chunk_tokens,
                                                      tpb=ctx.tokens_per_block, split_len=ctx.split_len,
                                                      block_m=ctx.block_m)
             with self._range("o_proj"):

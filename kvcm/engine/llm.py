@@ -119,8 +119,9 @@ class LLM:
         (``fused_layers.py``) rather than its own code's fifteen. All become one ``KernelOptions``, passed down to
         every cache's runner.
 
-        ``host_cache_size``: bytes of host memory for V1's host tier (TensorRT-LLM's ``KvCacheConfig.host_cache_size``;
-        ``kvcm/reuse/host_tier.py``): cached pages an allocation evicts are copied there (pinned memory on CUDA)
+        ``host_cache_size``: bytes of host memory for the host tier (TensorRT-LLM's ``KvCacheConfig.host_cache_size``;
+        V1's secondary pool, ``kvcm/reuse/host_tier.py``, or V2's host level, ``kvcm/reuse/host_level.py``): cached
+        pages an allocation evicts are copied there (pinned memory on CUDA)
         and copied back on a hit instead of being recomputed; overrides ``kv_cache_config.host_cache_size``.
 
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /
@@ -161,7 +162,7 @@ class LLM:
         self.kv_cache_config = kv_cache_config
         self.kvcm_version = kvcm_version = c.kvcm_version
         self.model_spec = ModelSpec.from_hf_config(model.config)
-        checks.check_attention_types(self.model_spec, self.limits, model.config)
+        checks.check_temperature_tuning(model.config, self.limits)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         draft_model = drafter if isinstance(drafter, torch.nn.Module) else None
         target_cfg = draft_cfg = kv_cache_config

@@ -2,14 +2,15 @@
 
 The attention kernel reads a packed step the way the torch reference in ``attention.py`` does: sequence ``s``
 owns query rows ``query_start[s] .. query_start[s + 1]`` at positions ``seq_lens[s] - q_len .. seq_lens[s] - 1``
-and reads keys ``0 .. position`` (or the last ``window`` of them) through its block-table row. Decodes,
+and reads keys ``0 .. position`` (or the last ``window`` of them, or those of its ``chunk``) through its block-table
+row. Decodes,
 speculative verification (``1 + D`` queries) and prefill chunks are one launch; nothing is gathered or padded,
 so a decode costs what its own KV costs, and the launch shape depends only on (tokens, rows): graph-safe.
 
 Each program takes ``BLOCK_Q`` query tokens of one sequence and one KV head; the ``REP`` query heads of that
 KV head are folded into the rows of the tile (GQA without repeating K/V), and keys stream in tiles of
 ``TILE_N`` positions with an online softmax. A key is read only if its position is in the query's causal
-(and window) range and its block-table entry is a page (``>= 0``): released and foreign pages are never read,
+(and window or chunk) range and its block-table entry is a page (``>= 0``): released and foreign pages are never read,
 and masked lanes load zeros, so garbage (even NaN) in a recycled page cannot reach the output. A row with no
 key at all (padding rows of a graph with KV length 0) writes zeros.
 
@@ -113,11 +114,12 @@ if triton is not None:
     @triton.jit
     def _paged_attention_kernel(q_ptr, kv_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_ptr,
                                 part_m_ptr, part_l_ptr, part_acc_ptr,
-                                num_seqs, scale, window, split_len,
+                                num_seqs, scale, window, chunk, split_len,
                                 s_qt, s_qh, s_ot, s_oh, s_pb, s_pf, s_pt, s_ph, s_bt,
                                 REP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, TPB: tl.constexpr,
                                 BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE: tl.constexpr,
-                                SPLITS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                                SPLITS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                                CHUNKED: tl.constexpr):
         pid = tl.program_id(0)
         kvh = tl.program_id(1)
         seq, q_first, q_len, local = _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q)
@@ -139,7 +141,11 @@ if triton is not None:
             q = q.to(tl.float32)
 
         hi = context + tl.minimum(q_len, (local + 1) * BLOCK_Q)     # keys below this position are read
-        lo = tl.maximum(context + local * BLOCK_Q - window + 1, 0) // TILE * TILE
+        lo = tl.maximum(context + local * BLOCK_Q - window + 1, 0)
+        if CHUNKED:         # a chunked-local layer: the block's first query reads from its chunk's start
+            lo = tl.maximum(lo, (context + local * BLOCK_Q) // chunk * chunk)
+            q_floor = qpos // chunk * chunk
+        lo = lo // TILE * TILE
         if SPLITS > 1:      # this program's share of the keys: split_len of them (a multiple of TILE)
             first = tl.program_id(2) * split_len
             lo = tl.maximum(lo, first)
@@ -162,6 +168,8 @@ if triton is not None:
             s = tl.dot(q, kt, input_precision=PRECISION) * scale
             keep = row_ok[:, None] & k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
             keep = keep & (kpos[None, :] > qpos[:, None] - window)
+            if CHUNKED:
+                keep = keep & (kpos[None, :] >= q_floor[:, None])
             s = tl.where(keep, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -233,7 +241,7 @@ def num_splits(width: int, tpb: int, split_len: int) -> int:
 
 def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                     query_start: torch.Tensor, *, scale: float, window: int | None, tpb: int,
-                    split_len: int = 0, block_m: int | None = None) -> torch.Tensor:
+                    split_len: int = 0, block_m: int | None = None, chunk: int | None = None) -> torch.Tensor:
     """``q`` ``[T, H, D]`` (last dim dense) -> ``[T, H, D]`` over the pages ``kv`` (layout as ``store_kv``).
 
     ``block_table`` ``[S, W]`` (-1 = no page), ``seq_lens`` ``[S]`` KV lengths after this step's tokens,
@@ -244,6 +252,9 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
     positions, one program each, and a second launch combines their softmaxes (flash-decoding): a decode's one
     query block then reads a long KV in parallel rather than tile after tile in one program. The number of
     shares depends only on the table's width, so the launch shape stays graph-safe.
+
+    ``chunk`` (a chunked-local layer, Llama 4's ``attention_chunk_size``; None: none): a query at ``p`` reads keys
+    from ``p // chunk * chunk`` only, a compile-time branch, so other layers run the same code as before.
 
     ``block_m`` (``tile_shape``): the rows of a program's query tile. With SmolLM2's 3 query heads a KV head, the
     least tile (16 rows) covers 5 query tokens, so a prefill chunk reads each key tile once per 5 of its tokens.
@@ -272,11 +283,11 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
     _paged_attention_kernel[(programs, kvh, splits)](
         q, kv, out, block_table, seq_lens, query_start, part_m, part_l, part_acc, num_seqs, float(scale),
-        int(window or NO_WINDOW), int(split_len),
+        int(window or NO_WINDOW), int(chunk or NO_WINDOW), int(split_len),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), block_table.stride(0),
         REP=heads // kvh, D=d, D_PAD=d_pad, TPB=tpb, BLOCK_M=block_m, BLOCK_Q=block_q, TILE=TILE_N,
-        SPLITS=splits, PRECISION=precision, UPCAST=upcast, num_warps=4)
+        SPLITS=splits, PRECISION=precision, UPCAST=upcast, CHUNKED=chunk is not None, num_warps=4)
     if splits > 1:
         _combine_splits_kernel[(programs, kvh)](part_m, part_l, part_acc, out, query_start, num_seqs,
                                                 out.stride(0), out.stride(1), REP=heads // kvh, D=d, D_PAD=d_pad,

@@ -146,7 +146,7 @@ class ReuseMixin:
         c.alloc_total_blocks = context - matched + copied + onboarded   # an onboard takes a GPU block too
         c.reused_host_blocks = onboarded
         # V2 counts a page migrated back from the host as a new allocation as well (_record_migrated_slots)
-        migrated = onboarded if self.kvcm_version == "v2" else 0
+        migrated = onboarded if getattr(cache, "migration_is_new_allocation", False) else 0
         c.alloc_new_blocks = min(c.alloc_total_blocks - migrated, fresh_before) + migrated
         c.reused_tokens, c.queried_tokens = length, len(tokens)
         self._reuse_totals.add(c)
@@ -310,7 +310,7 @@ class ReuseMixin:
             h, cache = host[g], self._reuse
             # V2 reports the host level's available pages (free + evictable) as free, as its StorageStatistics do
             # (secondary_free_num_blocks); V1 counts only empty secondary blocks free
-            free_host = h.num_free + (h.num_reusable if self.kvcm_version == "v2" else 0)
+            free_host = h.num_free + (h.num_reusable if getattr(cache, "evictable_counts_as_free", False) else 0)
             tier = dict(max_num_host_blocks=h.num_blocks, free_num_host_blocks=free_host,
                         reusable_num_host_blocks=h.num_reusable, offloaded_blocks=cache.offloaded,
                         onboarded_blocks=cache.onboarded, host_dropped_blocks=cache.host_dropped,

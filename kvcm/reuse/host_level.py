@@ -92,6 +92,9 @@ class HostSlots:
 class LeveledReuseCache(ReuseCache):
     """``ReuseCache`` (V2's GPU level) with a host level per group behind it."""
 
+    evictable_counts_as_free = True       # KvCacheStats.free_num_host_blocks is available (secondary_free_num_blocks)
+    migration_is_new_allocation = True    # a page migrated back is in alloc_new too (_record_migrated_slots)
+
     def __init__(self, pools, groups, leaf_only: list[bool], *, num_host_blocks: list[int], policy=None):
         super().__init__(pools, groups, leaf_only, policy=policy)
         self.host: list[HostSlots] = []
@@ -102,6 +105,7 @@ class LeveledReuseCache(ReuseCache):
         self.host_node: list[dict[int, Node]] = [{} for _ in pools]
         self._host_key: list[dict[int, tuple]] = [{} for _ in pools]    # row -> (priority, arrival): its queue place
         self._host_heap: list[list] = [[] for _ in pools]
+        self._excluded: list[set[int]] = [set() for _ in pools]        # rows a match is migrating: not evictable
         self._arrivals = itertools.count()
         self.offloaded = 0
         self.onboarded = 0
@@ -186,7 +190,7 @@ class LeveledReuseCache(ReuseCache):
             node = self.host_node[g].get(row)
             if node is None or keys.get(row) != (priority, arrival):
                 continue
-            if node.refs[g] > 0 and self.policy.onboard_source_protected:
+            if row in self._excluded[g]:
                 continue                          # restored by unclaim_host if the match is given up
             return node
         return None
@@ -219,23 +223,28 @@ class LeveledReuseCache(ReuseCache):
         del self.host_node[g][row]
         self._host_key[g].pop(row, None)
         node.host[g] = -1
-        if node.refs[g] == 0:
+        if row in self._excluded[g]:
+            self._excluded[g].discard(row)
+        else:
             host.num_reusable -= 1
         host.release([row])
 
     # ---- migration back to the GPU level: a match takes host-resident blocks ----------------------------------
     def claim_host(self, node: Node, g: int) -> None:
-        """Hold a host page for a match before any GPU slot is prepared (excluded from the host's eviction)."""
-        if node.refs[g] == 0:
+        """Hold a host page for a match before any GPU slot is prepared: it leaves the host's eviction (and its
+        evictable count) until it is migrated or the match is given up."""
+        if node.refs[g] == 0 and self.policy.onboard_source_protected:
+            self._excluded[g].add(node.host[g])
             self.host[g].num_reusable -= 1
         node.refs[g] += 1
 
     def unclaim_host(self, node: Node, g: int) -> None:
         """Undo ``claim_host``: the page is evictable again, at its place in the host queue."""
         node.refs[g] -= 1
-        if node.refs[g] == 0:
+        row = node.host[g]
+        if node.refs[g] == 0 and row in self._excluded[g]:
+            self._excluded[g].discard(row)
             self.host[g].num_reusable += 1
-            row = node.host[g]
             priority, arrival = self._host_key[g][row]
             heapq.heappush(self._host_heap[g], (priority, arrival, row))
 
@@ -243,10 +252,17 @@ class LeveledReuseCache(ReuseCache):
         """Copy a claimed host page into ``page`` (a fresh GPU slot): the block is on the GPU level again, held by
         the claiming request, and its host slot is free."""
         host, pool, row = self.host[g], self.pools[g], node.host[g]
+        if row < 0:
+            raise RuntimeError(f"layer group {g}: the host page of a block being migrated to the GPU was evicted "
+                               "while its GPU slot was prepared")
         if host.storage is not None and pool.storage is not None:
             self.policy.tier_copy(pool.storage, page, host.storage, row)
         del self.host_node[g][row]
         self._host_key[g].pop(row, None)
+        if row in self._excluded[g]:
+            self._excluded[g].discard(row)
+        else:
+            host.num_reusable -= 1
         node.host[g] = -1
         host.release([row])
         node.pages[g] = page
@@ -273,6 +289,7 @@ class LeveledReuseCache(ReuseCache):
             self.host_node[g].clear()
             self._host_key[g].clear()
             self._host_heap[g].clear()
+            self._excluded[g].clear()
             host.num_reusable = 0
         super().reset()
 

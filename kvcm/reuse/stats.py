@@ -48,7 +48,7 @@ class ReuseCounters:
     alloc_new_blocks: int = 0     # of those, blocks that held no cached tokens (no cached block was evicted)
     reused_tokens: int = 0        # prompt tokens whose KV came from the cache (the prepopulated length)
     queried_tokens: int = 0       # prompt tokens looked up
-    reused_host_blocks: int = 0   # of the reused blocks, those onboarded from the host tier (V1)
+    reused_host_blocks: int = 0   # of the reused blocks, those onboarded from the host tier
 
     def add(self, other: "ReuseCounters") -> None:
         for name in self.__dataclass_fields__:
@@ -88,9 +88,9 @@ class KvCacheStats:
     cache_hit_rate: float
     reused_tokens: int
     queried_tokens: int
-    # the host tier (V1 with host_cache_size; zeros without one): its blocks, free and cached there (never
-    # allocatable), and the blocks moved each way and reused from it (V2's iter_offload / iter_onboard and
-    # ReusedBlocksByLevel name the same things)
+    # the host tier (with host_cache_size; zeros without one): its blocks, free (V1: empty; V2: available, free +
+    # evictable, as secondary_free_num_blocks) and cached there (never allocatable), and the blocks moved each way
+    # and reused from it (V2's iter_offload / iter_onboard / iter_host_dropped and ReusedBlocksByLevel)
     max_num_host_blocks: int = 0
     free_num_host_blocks: int = 0
     reusable_num_host_blocks: int = 0

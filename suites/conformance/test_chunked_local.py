@@ -125,16 +125,3 @@ def test_plan_sizes_a_chunked_model(tmp_path, capsys):
     assert groups["chunk1024"]["num_blocks"] == 8 * ChunkedLocal(1024).max_pages(32)
     assert by["v2"]["max_concurrency"] >= by["v1"]["max_concurrency"]
 
-
-def test_the_kernels_refuse_a_chunked_layer_before_any_page():
-    """The engine's Triton kernels mask full and sliding layers only; where they run, a chunked layer is refused
-    (the torch attention takes it: ``suites/engine/test_llama4_chunked.py``)."""
-    from kvcm.engine import checks
-    from kvcm.limits import Limits
-
-    cuda, cpu = Limits(4, 256, device="cuda"), Limits(4, 256, device="cpu")
-
-    with pytest.raises(kvcm.ConfigError, match="chunked_attention at layers \\[1\\].*full and sliding-window"):
-        checks.check_attention_types(chunked_spec(), cuda)
-    checks.check_attention_types(chunked_spec(), cpu)
-    checks.check_attention_types(ModelSpec.uniform(2, 1, 8, sliding_window=16), cuda)

@@ -78,6 +78,19 @@ def test_hits_served_from_host_are_attributed_to_host():
     assert s.onboarded_blocks == s.reused_host_blocks
 
 
+def test_hits_served_from_a_full_host_are_attributed_to_host():
+    """Tier-attribution harness ``test_hits_served_from_host_are_attributed_to_host``, with a host level exactly the
+    prompt's size: the GPU slots the migration needs push other pages down into a full host, which must make room
+    from pages other than the ones being migrated (``batched_lock_to_gpu`` excludes them from eviction first)."""
+    mgr = manager("v2", blocks=5, host_blocks=4)
+    _push_down(mgr, 0, 0, 4)
+    _push_down(mgr, 1, 1000, 5)               # all four cached blocks fall; the host is full
+    assert mgr.get_level_statistics(1).free == 0
+    assert add(mgr, 2, _prompt(0, 4, 1)) == 4 * TPB
+    s = mgr.get_kv_cache_stats()
+    assert mgr.get_request_stats(2).reused_blocks == 4 and s.reused_host_blocks == s.onboarded_blocks == 4
+
+
 def test_setup_for_reuse_mixed_tiers_single_lifecycle():
     """``test_kv_cache_tier_attribution.py::test_setup_for_reuse_mixed_tiers_single_lifecycle``: a match whose
     blocks are partly on the GPU and partly on the host reuses them all and attributes each to its level (the
@@ -117,6 +130,8 @@ def test_offload_is_recorded_for_every_life_cycle():
     _push_down(mgr, 1, 1000, 2)               # one free page, one eviction
     assert _stats(mgr) == (1, 0, 0)
     assert mgr.get_host_block_counts() == kvcm.BlockCounts(3, 1, 0, 4)
+    gpu = mgr.get_block_counts()              # it left the GPU level: 3 pages, each counted once
+    assert (gpu.free, gpu.reusable, gpu.in_use) == (0, 3, 0)
 
 
 def test_host_drop_is_recorded_for_every_life_cycle():
@@ -165,6 +180,25 @@ def test_recycled_slot_preserves_offset_slot_id():
     assert host.free_order() == [2, 3]
 
 
+def test_tip_with_no_live_page_anywhere_is_pruned():
+    """``test_block_radix_tree_stale_prune.py::TestStaleTailPrune::test_tip_with_no_live_page_anywhere_is_pruned``,
+    on the full-attention branch its note names (``clear_stale_blocks_after_page_unlink`` -> ``remove_subtree`` for
+    full attention): the host level drops a block whose child is on the host too; the child goes with it and the
+    chain, with no page anywhere, leaves the tree."""
+    from kvcm.reuse.retention import KvCacheRetentionConfig, TokenRangeRetentionConfig
+
+    mgr = manager("v2", blocks=2, host_blocks=2)
+    low = KvCacheRetentionConfig(token_range_retention_configs=(TokenRangeRetentionConfig(0, TPB, 10),
+                                                                TokenRangeRetentionConfig(TPB, None, 35)))
+    add(mgr, 0, _prompt(0, 2), retention_config=low)
+    mgr.free_resources(0)
+    _push_down(mgr, 1, 1000, 2)               # both fall, the child first
+    _push_down(mgr, 2, 2000, 1)               # the host drops the priority-10 parent, and its child with it
+    root = mgr._reuse.tree.root((None, None))
+    assert all(node.tokens[0] >= 1000 for node in root.children.values())
+    assert mgr.get_level_statistics(1) == kvcm.reuse.stats.LevelStatistics(2, 1, 1)
+
+
 def test_an_offloaded_page_keeps_its_priority_on_the_host_level():
     """Source, no upstream test: ``_storage_manager.py`` ``_batched_migrate`` moves the page (its ``_priority``
     with it) and ``schedule_for_eviction`` files it under that priority at the host level, whose
@@ -181,6 +215,26 @@ def test_an_offloaded_page_keeps_its_priority_on_the_host_level():
     _push_down(mgr, 3, 3000, 1)               # one more falls: the host drops its default block, not the kept one
     assert _stats(mgr)[2] == 1
     assert add(mgr, 4, _prompt(0, 1, 1)) == TPB
+
+
+def test_a_block_holds_one_page_whatever_its_level():
+    """Source, no upstream test: ``_block_radix_tree.py`` ``Block.storage`` holds one page a life cycle and
+    ``can_replace_page`` lets a page replace it only with more tokens. Two requests compute one prompt; the first
+    commits it and its blocks fall to the host; the second commits the same blocks: the tree keeps the host copies
+    and the second request's GPU pages go free when it does."""
+    mgr = manager("v2", blocks=4, host_blocks=4)
+    mgr.add_sequence(0, _prompt(0, 1, 1))
+    mgr.add_sequence(1, _prompt(0, 1, 1))     # nothing committed yet: no match
+    mgr.begin_context_chunk(0, 0, TPB + 1, TPB + 1)
+    mgr.end_context_chunk(0, TPB + 1)
+    mgr.free_resources(0)
+    _push_down(mgr, 2, 1000, 4)               # the first request's two blocks fall to the host
+    mgr.begin_context_chunk(1, 0, TPB + 1, TPB + 1)
+    mgr.end_context_chunk(1, TPB + 1)
+    mgr.free_resources(1)
+    gpu, host = mgr.get_level_statistics(0), mgr.get_level_statistics(1)
+    assert (gpu.free, gpu.evictable) == (2, 2)
+    assert (host.free, host.evictable) == (0, 4)
 
 
 def test_a_match_that_cannot_migrate_changes_nothing():

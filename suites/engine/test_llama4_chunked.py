@@ -1,18 +1,23 @@
-"""Llama 4's chunked-local attention (``attention_chunk_size``) end to end on the torch attention path: a tiny
-seeded ``Llama4ForCausalLM`` (three chunked layers, then a full one) generates what Hugging Face ``generate``
-does in fp32 (its mask: ``masking_utils.chunked_overlay``), on V1 and V2, with prompts inside, at and across
-chunk and page boundaries, a chunk that is and one that is not a whole number of pages, whole and chunked
-prefill, block reuse on and off; V2 gives back the pages of every chunk a request has left.
+"""Llama 4's chunked-local attention (``attention_chunk_size``) end to end: a tiny seeded ``Llama4ForCausalLM``
+(three chunked layers, then a full one) generates what Hugging Face ``generate`` does in fp32 (its mask:
+``masking_utils.chunked_overlay``), on V1 and V2, through the torch attention (CPU) or the Triton kernel (CUDA, and
+the CPU under ``TRITON_INTERPRET=1``: ``test_tiny_llama4_under_the_triton_interpreter``), with prompts inside, at
+and across chunk and page boundaries, a chunk that is and one that is not a whole number of pages, whole and
+chunked prefill, block reuse on and off; V2 gives back the pages of every chunk a request has left.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+import torch
+
 import kvcm
 from kvcm import versions
 from kvcm.attention_types import ChunkedLocal
-from kvcm.engine import LLM, SamplingParams, checks
-from kvcm.limits import Limits
-from kvcm.model_spec import ModelSpec
+from kvcm.engine import LLM, SamplingParams, triton_attention
 from kvcm.models import hf_generate, tiny_llama4
 from kvcm.versions import NAMES as ALL_VERSIONS
 
@@ -22,13 +27,16 @@ TPB, NEW = 4, 20
 LENGTHS = [3, 7, 8, 9, 13, 16, 17, 30]      # a chunk of 8 is two pages of 4; 6 is one and a half
 
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
 @pytest.fixture(scope="module", params=[8, 6], ids=["chunk8", "chunk6"])
 def model(request):
-    return tiny_llama4(chunk=request.param)
+    return tiny_llama4(chunk=request.param).to(DEVICE)
 
 
 def _llm(model, version, max_seq_len=128, **kw):
-    return LLM(model, kvcm_version=version, max_batch_size=8, max_seq_len=max_seq_len, device="cpu",
+    return LLM(model, kvcm_version=version, max_batch_size=8, max_seq_len=max_seq_len, device=DEVICE,
                kv_cache_config=kvcm.KvCacheConfig(max_tokens=1024, tokens_per_block=TPB, dtype="float32"), **kw)
 
 
@@ -96,15 +104,6 @@ def test_reuse_on_and_off_give_hf_tokens_across_chunks(model, version):
             assert llm.reuse_stats.reused_tokens > 0, str(llm.reuse_stats)
 
 
-def test_the_kernels_refuse_a_chunked_layer_and_the_torch_path_takes_it(model):
-    """The Triton kernels mask full and sliding layers only: where they would run, a chunked-local layer is a
-    ConfigError naming the field, before any page is allocated."""
-    spec = ModelSpec.from_hf_config(model.config)
-    with pytest.raises(kvcm.ConfigError, match=r"layer_types.*chunked_attention at layers \[0, 1, 2\].*Triton"):
-        checks.check_attention_types(spec, Limits(8, 128, device="cuda"), model.config)
-    checks.check_attention_types(spec, Limits(8, 128, device="cpu"), model.config)
-
-
 def test_temperature_tuning_past_its_first_step_is_refused(model):
     """Below ``floor_scale`` Llama 4's tuning is a factor of 1; a request or a step that reaches it is refused."""
     config = model.config
@@ -118,3 +117,14 @@ def test_temperature_tuning_past_its_first_step_is_refused(model):
         assert llm.generate([[5, 6, 7]], _params())[0].token_ids
     finally:
         config.attn_temperature_tuning, config.floor_scale = False, 8192
+
+
+@pytest.mark.slow
+def test_tiny_llama4_under_the_triton_interpreter():
+    """The parity gate through the Triton attention kernel (its chunk mask), executed by the interpreter."""
+    if triton_attention.triton is None or triton_attention.interpreted():
+        pytest.skip("Triton is absent, or this run is the interpreted one")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    res = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-x",
+                          "-k", "matches_hf and chunk6"], env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0 and " passed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]

@@ -60,8 +60,9 @@ def test_kernels_under_the_triton_interpreter(kvcm_progress):
     assert counts.get("passed", 0) >= 7 and counts.get("skipped", 0) <= 1, out[-2000:]  # only this test skips
 
 
-def _reference(q, kv, block_table, seq_lens, query_start, scale, window, tpb):
-    """Softmax attention per query row, written out: the keys a query may read and nothing else."""
+def _reference(q, kv, block_table, seq_lens, query_start, scale, window, tpb, chunk=None):
+    """Softmax attention per query row, written out: the keys a query may read and nothing else (a chunk: those
+    of the query's own chunk, ``k // chunk == q // chunk``)."""
     heads, rep = q.shape[1], q.shape[1] // kv.shape[3]
     out = torch.zeros(q.shape, dtype=torch.float64)
     for s in range(block_table.shape[0]):
@@ -69,7 +70,7 @@ def _reference(q, kv, block_table, seq_lens, query_start, scale, window, tpb):
         for i in range(a, b):
             qpos = kv_len - (b - a) + (i - a)
             keys = [p for p in range(max(0, qpos - window + 1) if window else 0, qpos + 1)
-                    if block_table[s, p // tpb] >= 0]
+                    if block_table[s, p // tpb] >= 0 and (chunk is None or p // chunk == qpos // chunk)]
             if not keys:
                 continue
             k = torch.stack([kv[block_table[s, p // tpb], 0, p % tpb] for p in keys]).double()
@@ -80,7 +81,7 @@ def _reference(q, kv, block_table, seq_lens, query_start, scale, window, tpb):
     return out
 
 
-def _case(heads, kv_heads, dim, tpb, window):
+def _case(heads, kv_heads, dim, tpb, window, chunk=None):
     """A decode, a speculative verification (5 queries), prefill chunks at 0 and past it, a padding row of KV
     length 0; released pages (-1) and every page no row holds filled with NaN. Returns the kernel's arguments
     (q, kv, table, seq_lens, query_start, scale) and the reference output."""
@@ -94,14 +95,14 @@ def _case(heads, kv_heads, dim, tpb, window):
         for j in range(-(-kv_len // tpb)):
             table[s, j] = b = free.pop()
             kv[b] = torch.randn(2, tpb, kv_heads, dim, generator=g)
-    if window:
-        kv[table[3, 0]] = float("nan")       # released by the window: never read
+    if window or chunk:
+        kv[table[3, 0]] = float("nan")       # released by the window or the chunk: never read
         table[3, 0] = -1
     lens = torch.tensor([n for _, n in rows])
     starts = torch.tensor([0] + [q for q, _ in rows]).cumsum(0)
     q = torch.randn(heads, int(starts[-1]), dim, generator=g).transpose(0, 1)    # strided, as the model gives it
     scale = dim ** -0.5
-    return (q, kv, table, lens, starts, scale), _reference(q, kv, table, lens, starts, scale, window, tpb)
+    return (q, kv, table, lens, starts, scale), _reference(q, kv, table, lens, starts, scale, window, tpb, chunk)
 
 
 @pytest.mark.parametrize("heads,kv_heads,dim,tpb,window", [(9, 3, 64, 32, None), (4, 2, 16, 8, 16), (9, 3, 64, 8, 20),
@@ -116,6 +117,19 @@ def test_attention_kernel_matches_the_reference(device, heads, kv_heads, dim, tp
                                              lens.to(device), starts.to(device), scale=scale, window=window,
                                              tpb=tpb).cpu()
     torch.testing.assert_close(out16.double(), ref, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim,tpb,chunk", [(4, 2, 16, 8, 16), (9, 3, 64, 8, 12), (2, 2, 32, 16, 40)])
+def test_attention_kernel_masks_a_chunk(device, heads, kv_heads, dim, tpb, chunk):
+    """Chunked-local attention (Llama 4): each query reads its own chunk only, chunks of whole pages, of one and
+    a half, and longer than the tile; split keys and a larger query tile give the same."""
+    (q, kv, table, lens, starts, scale), ref = _case(heads, kv_heads, dim, tpb, None, chunk)
+    args = (q.to(device), kv.to(device), table.to(device), lens.to(device), starts.to(device))
+    for options in ({}, {"split_len": 32}, {"block_m": 64}):
+        out = triton_attention.paged_attention(*args, scale=scale, window=None, tpb=tpb, chunk=chunk,
+                                               **options).cpu()
+        assert torch.isfinite(out).all(), options
+        torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=1e-4, msg=str(options))
 
 
 @pytest.mark.parametrize("heads,kv_heads,dim,tpb,window,split_len", [(9, 3, 64, 32, None, 32), (9, 3, 64, 8, 20, 32),

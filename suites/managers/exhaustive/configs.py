@@ -41,12 +41,16 @@ class Config:
     window_offset: int = 0
     max_states: int = 5000       # the search stops at this many distinct states (or when nothing new is left)
     host: int = 0                # the host tier (V1's secondary pool, V2's host level): blocks a group, 0 = none
+    retention: bool = False      # V1: admissions with timed retention priorities, the clock, refresh_blocks
+    scopes: bool = False         # admissions under a cache_salt and a lora_task_id too
 
     @property
     def name(self) -> str:
         extra = f"-d{self.draft}" if self.draft else ""
         extra += f"-e{self.extra}" if self.extra else ""
         extra += f"-h{self.host}" if self.host else ""
+        extra += "-ret" if self.retention else ""
+        extra += "-scopes" if self.scopes else ""
         return (f"{self.version}-{self.layout}-tpb{self.tpb}-b{self.blocks}-reuse_{self.reuse}-"
                 f"{'ids' if self.ids else 'noids'}-r{self.slots}{extra}")
 
@@ -114,6 +118,10 @@ def build(cfg: Config):
         mgr = _v2_host_level(cfg, limits)
     else:
         mgr = _equal_pools(lambda c: kvcm.create_kv_cache_manager("v2", _spec(cfg), c, **limits), cfg, cfg.tpb)
+    if cfg.retention:
+        from .ops import StepClock
+
+        mgr.set_clock(StepClock())
     assert [g.num_blocks for g in mgr.layer_groups] == [cfg.blocks] * len(mgr.layer_groups), cfg
     return mgr
 
@@ -143,6 +151,14 @@ def default_configs() -> list[Config]:
     out.append(Config("v1", "full", 2, 4, "on", ids=True, host=2, max_states=3000))
     out.append(Config("v1", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000))
     out += v2_host_level_configs()
+    # retention with durations (V1: the clock, refresh_blocks, timed priorities; with the host tier, whose offload
+    # takes priorities at least secondary_offload_min_priority) and reuse scopes (salt, LoRA)
+    # (one request at a time: six calls deep, so a timed block is released, outlives its duration and is evicted)
+    out.append(Config("v1", "full", 2, 4, "on", ids=True, retention=True, slots=1, max_states=6000))
+    out.append(Config("v1", "full+window", 2, 4, "copy", ids=True, retention=True, slots=1, max_states=6000))
+    out.append(Config("v1", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=6000))
+    for version in ("v1", "v2"):
+        out.append(Config(version, "full", 2, 4, "on", ids=True, scopes=True, max_states=3000))
     for reuse, ids, draft in (("off", True, 0), ("on", True, 0), ("copy", True, 1), ("copy", False, 0)):
         out.append(Config("dsv4", "dsv4", 128, 4, reuse, ids=ids, draft=draft, max_states=3000))
     return out
