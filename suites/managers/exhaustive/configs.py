@@ -25,8 +25,9 @@ CHUNKED = "full+chunked"          # a chunked-local group (Llama 4) beside a ful
 @dataclass(frozen=True)
 class Config:
     """One configuration. ``window`` is in blocks (tokens = window * tpb + ``window_offset``: an unaligned window
-    keeps a partial block), and so is the attention chunk of the chunked layout; ``ids``: requests are made with their token ids (``add_sequence``), else by their first
-    context chunk; ``draft``: the limits' ``max_draft_len`` (draft tokens decoded, fewer accepted)."""
+    keeps a partial block), and so is the attention chunk of the chunked layout; ``ids``: requests are made with
+    their token ids (``add_sequence``), else by their first context chunk; ``draft``: the limits'
+    ``max_draft_len`` (draft tokens decoded, fewer accepted)."""
 
     version: str                 # "v1", "v2" or "dsv4"
     layout: str                  # one of LAYOUTS or CHUNKED (DeepSeek-V4: its own three groups)
