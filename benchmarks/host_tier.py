@@ -1,4 +1,5 @@
-"""V1's host tier against recomputing: shared prefixes that do not fit the GPU pool together but fit the host tier.
+"""The host tier against recomputing (V1's secondary pool, or V2's host level with ``--kvcm-version v2``): shared
+prefixes that do not fit the GPU pool together but fit the host tier.
 
 Round 1 admits every prefix once (each with its own suffix); round 2 asks every prefix again with new suffixes and
 is measured, with the tier (``LLM(host_cache_size=...)``: evicted pages go to pinned host memory and come back on a
@@ -7,7 +8,8 @@ cached (hit rate), prefill tokens computed, blocks offloaded / onboarded, round-
 arms' greedy tokens agree; then what one block's copy host -> GPU costs against computing it.
 
 Usage: python benchmarks/host_tier.py [--device cuda] [--prefixes 16] [--prefix-len 1024] [--gpu-prefixes 4]
-       [--new-tokens 16] [--dtype bfloat16] [--quick]   (--quick: a tiny model on the CPU, a smoke run)
+       [--new-tokens 16] [--dtype bfloat16] [--kvcm-version v1|v2] [--quick]   (--quick: a tiny model on the CPU,
+       a smoke run)
 Environment: KVCM_SMOLLM2_GGUF (the model; a tiny seeded llama without it or with --quick).
 """
 from __future__ import annotations
@@ -53,7 +55,7 @@ def arm(model, args, rounds, host_bytes):
 
     per_prompt = args.prefix_len + 8 + args.new_tokens
     gpu_tokens = max(args.gpu_prefixes * per_prompt, 2 * per_prompt)
-    llm = LLM(model, kvcm_version="v1", max_batch_size=args.batch, max_seq_len=per_prompt + TPB,
+    llm = LLM(model, kvcm_version=args.kvcm_version, max_batch_size=args.batch, max_seq_len=per_prompt + TPB,
               device=args.device, enable_block_reuse=True,
               kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=TPB, max_tokens=gpu_tokens, dtype=args.dtype),
               host_cache_size=host_bytes)
@@ -98,6 +100,7 @@ def main(argv=None):
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--kvcm-version", choices=("v1", "v2"), default="v1")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     if args.quick:
@@ -121,7 +124,7 @@ def main(argv=None):
     with_tier, tokens_on, llm_on = arm(model, args, rounds, host_bytes)
     without, tokens_off, _ = arm(model, args, rounds, None)
     recompute = without["round2_seconds"] / max(without["prefill_tokens_computed"] // TPB, 1)
-    report = {"model": name, "device": args.device, "dtype": args.dtype,
+    report = {"model": name, "kvcm_version": args.kvcm_version, "device": args.device, "dtype": args.dtype,
               "gpu": torch.cuda.get_device_name() if torch.device(args.device).type == "cuda" else None,
               "prefixes": args.prefixes, "prefix_len": args.prefix_len, "with_host_tier": with_tier,
               "without_host_tier": without, "same_tokens": tokens_on == tokens_off,

@@ -15,6 +15,7 @@ from . import validation
 from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
+from .reuse.host_level import LeveledReuseCache, host_level_blocks
 from .reuse.policy import V2Policy
 from . import seams
 
@@ -22,6 +23,16 @@ from . import seams
 class KVCacheManagerV2(BaseKVCacheManager):
     kvcm_version = "v2"
     _reuse_policy = V2Policy()
+    _host_tier = True
+
+    def _make_reuse_cache(self):
+        """With ``host_cache_size``, a host level behind the GPU one (the wrapper's ``HostCacheTierConfig(quota=
+        host_cache_size)``; kvcm builds none when it is unset, docs/semantics.md 11.7)."""
+        counts = host_level_blocks(self.kv_cache_config.host_cache_size, self.pools)
+        if not any(counts):
+            return super()._make_reuse_cache()
+        return LeveledReuseCache(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups),
+                                 num_host_blocks=counts)
 
     # ---- constraints and sizing -----------------------------------------------------------------------------
     def _typical_seq_len(self) -> int | None:

@@ -1,11 +1,11 @@
-"""``kvcm plan --host-cache-size GIB [--prefix-tokens T]``: V1's host tier on paper (docs/semantics.md 11.6).
+"""``kvcm plan --host-cache-size GIB [--prefix-tokens T]``: the host tier on paper (docs/semantics.md 11.6, 11.7).
 
 TensorRT-LLM's option is ``KvCacheConfig.host_cache_size`` (bytes); the plan takes GiB, as ``--free-gib`` does.
-For each V1 manager: the host pool of every group (``floor(bytes / block bytes)`` blocks, the tokens they hold)
-beside the GPU pool, and what a shared prefix set of ``T`` tokens costs with and without the tier when requests
+For each manager: the host pool of every group (V1: ``floor(bytes / block bytes)`` blocks; V2: its host level, the
+bytes split between the groups as the GPU level's are) beside the GPU pool, and what a shared prefix set of ``T`` tokens costs with and without the tier when requests
 visit it in turn (the least recently used prefix next, the case an LRU cache handles worst): without the tier a
 set larger than the GPU pool misses on every visit and is recomputed; with it, a set that fits GPU + host is
-recomputed never and copied host -> GPU instead. V2 has no host tier in kvcm (its cache levels are not modelled).
+recomputed never and copied host -> GPU instead.
 """
 
 from __future__ import annotations
@@ -43,18 +43,26 @@ def entry(manager, args) -> dict | None:
     host_bytes = int(args.host_cache_size * GiB)
     if not versions.get(manager.kvcm_version).host_tier_modelled:
         return {"host_cache_size": host_bytes, "modelled": False,
-                "why": "kvcm models the host tier as TensorRT-LLM V1's secondary pool; V2's cache levels are not "
-                       "modelled"}
-    from .reuse.host_tier import host_blocks
-
+                "why": f"kvcm does not model a host tier for {manager.kvcm_version}"}
     tpb = manager.tokens_per_block
     block_bytes = sum(g.bytes_per_block for g in manager.layer_groups)
-    host = host_blocks(host_bytes, block_bytes)
     gpu = min(g.num_blocks for g in manager.layer_groups)
     cfg = manager.kv_cache_config
-    out = {"host_cache_size": host_bytes, "modelled": True, "bytes_per_block": block_bytes,
-           "gpu_blocks": gpu, "gpu_tokens": gpu * tpb, "host_blocks": host, "host_tokens": host * tpb,
-           "onboard_blocks": cfg.onboard_blocks, "secondary_offload_min_priority": cfg.offload_min_priority}
+    if versions.get(manager.kvcm_version).host_tier_kind == "host level":   # split as the GPU level's bytes
+        from .reuse.host_level import host_level_blocks
+
+        per_group = host_level_blocks(host_bytes, manager.pools)
+        host = min(per_group)
+        out = {"host_cache_size": host_bytes, "modelled": True, "bytes_per_block": block_bytes,
+               "gpu_blocks": gpu, "gpu_tokens": gpu * tpb, "host_blocks": host, "host_tokens": host * tpb,
+               "host_blocks_per_group": per_group}
+    else:
+        from .reuse.host_tier import host_blocks
+
+        host = host_blocks(host_bytes, block_bytes)
+        out = {"host_cache_size": host_bytes, "modelled": True, "bytes_per_block": block_bytes,
+               "gpu_blocks": gpu, "gpu_tokens": gpu * tpb, "host_blocks": host, "host_tokens": host * tpb,
+               "onboard_blocks": cfg.onboard_blocks, "secondary_offload_min_priority": cfg.offload_min_priority}
     if args.prefix_tokens is not None:
         out["prefix_set"] = prefix_cost(args.prefix_tokens, tpb, gpu, host, block_bytes)
     return out
@@ -79,10 +87,15 @@ def lines(m: dict) -> list[str]:
     if not h["modelled"]:
         return [f"  host tier ({h['host_cache_size'] / GiB:g} GiB) [--host-cache-size]: not modelled for "
                 f"{m['kvcm_version'].upper()}: {h['why']}"]
-    out = [f"  host tier [--host-cache-size]: {h['host_blocks']:,} blocks ({h['host_tokens']:,} tokens) of host memory "
-           f"beside {h['gpu_blocks']:,} GPU blocks ({h['gpu_tokens']:,} tokens); cached blocks at priority >= "
-           f"{h['secondary_offload_min_priority']} are offloaded on eviction and onboarded on a hit"
-           + ("" if h["onboard_blocks"] else " (onboard_blocks off: nothing is offloaded)")]
+    head = (f"  host tier [--host-cache-size]: {h['host_blocks']:,} blocks ({h['host_tokens']:,} tokens) of host memory "
+            f"beside {h['gpu_blocks']:,} GPU blocks ({h['gpu_tokens']:,} tokens); ")
+    if "host_blocks_per_group" in h:      # V2's host level
+        out = [head + "every evicted cached page falls to the host level, which evicts its lowest priority first, "
+                      "and a hit migrates it back"]
+    else:
+        out = [head + f"cached blocks at priority >= {h['secondary_offload_min_priority']} are offloaded on eviction "
+                      "and onboarded on a hit" + ("" if h["onboard_blocks"] else
+                                                  " (onboard_blocks off: nothing is offloaded)")]
     p = h.get("prefix_set")
     if p:
         out.append(f"    a prefix set of {p['tokens']:,} tokens ({p['blocks']:,} blocks, {p['bytes'] / GiB:.2f} GiB), "

@@ -449,3 +449,26 @@ def rewind_to_front() -> bool:
       "ChunkedKVCache trimmed by its padded buffer length and dropped the current chunk's live tokens")
 def chunk_first_token(history: int, chunk: int, page_size: int) -> int:
     return history // chunk * chunk
+
+
+# ---- V2's host level (kvcm/reuse/host_level.py; TensorRT-LLM kv_cache_manager_v2 _storage_manager.py, _page.py) --
+@seam("whether a host page a match is migrating back to the GPU is out of the host level's eviction while GPU slots "
+      "are prepared for it (batched_lock_to_gpu excludes the pages from eviction first); without it the host "
+      "evicted, for the pages the GPU pushed down, the very page being onboarded (SGLang PR #27631: a re-entrant "
+      "evict_host freed pages being loaded)")
+def onboard_source_protected() -> bool:
+    return True
+
+
+@seam("whether a page dropped at the last level takes its block's descendants with it in a full-attention group "
+      "(Block.clear_stale_blocks_after_page_unlink -> remove_subtree): descendants left behind are unreachable and "
+      "keep host and GPU pages counted as cached")
+def host_drop_takes_descendants() -> bool:
+    return True
+
+
+@seam("whether a request committing a block that the tree holds on the host level installs its GPU page beside "
+      "the host one (no: a block holds one page a life cycle, and an equal coverage does not replace it, "
+      "Block.can_replace_page); beside it the block was counted on both levels")
+def store_beside_host_copy() -> bool:
+    return False

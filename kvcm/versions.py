@@ -40,8 +40,12 @@ class ManagerVersion:
     draft_budget_split: Literal["one-model draft", "variable windows"]
     # V1 always reserves ``max_draft_len`` draft slots with a context chunk; V2 reserves the step's own drafts
     reserves_max_draft_len: bool
-    # kvcm models a host tier (TensorRT-LLM V1's secondary pool, ``reuse/host_tier.py``) for this version
+    # kvcm models a host tier for this version (V1's secondary pool, ``reuse/host_tier.py``; V2's host level,
+    # ``reuse/host_level.py``)
     host_tier_modelled: bool
+    # which host tier: TensorRT-LLM V1's secondary pool (priority minimum, onboard switch, swapped block ids) or
+    # V2's host level (every evicted page falls, per-level StorageStatistics; docs/semantics.md 11.6, 11.7)
+    host_tier_kind: Literal["secondary pool", "host level"]
 
     @property
     def cls(self) -> type:
@@ -54,13 +58,13 @@ MANAGERS: dict[str, ManagerVersion] = {m.name: m for m in (
                    "token-count growth, no window release, no constraints (TensorRT-LLM's KVCacheManager)",
                    releases_window_pages=False, serves_deepseek_v4=False, common_max_tokens_across_ranks=True,
                    trtllm_estimation_path=False, draft_budget_split="variable windows",
-                   reserves_max_draft_len=True, host_tier_modelled=True),
+                   reserves_max_draft_len=True, host_tier_modelled=True, host_tier_kind="secondary pool"),
     ManagerVersion("v2", "kvcm.manager_v2:KVCacheManagerV2",
                    "capacity/history, window release, constraints and a typical step (TensorRT-LLM's "
                    "KVCacheManagerV2)",
                    releases_window_pages=True, serves_deepseek_v4=True, common_max_tokens_across_ranks=False,
                    trtllm_estimation_path=True, draft_budget_split="one-model draft",
-                   reserves_max_draft_len=False, host_tier_modelled=False),
+                   reserves_max_draft_len=False, host_tier_modelled=True, host_tier_kind="host level"),
 )}
 
 NAMES: tuple[str, ...] = tuple(MANAGERS)          # every concrete version, in the order runs and tables show them

@@ -47,7 +47,7 @@ class EngineConfig:
     decode_split_len: int = 0
     prefill_block_m: int | None = None
     fused_layers: bool = True                       # the Triton path's fused Llama-family layers (fused_layers.py)
-    host_cache_size: int | None = None              # V1's host tier bytes; overrides kv_cache_config's
+    host_cache_size: int | None = None              # the host tier's bytes (V1, V2); overrides kv_cache_config's
     limits: Limits = field(init=False, repr=False, compare=False)   # B, S, N, D and the device, checked
 
     def __post_init__(self):

@@ -118,8 +118,9 @@ class LLM:
         (``fused_layers.py``) rather than its own code's fifteen. All become one ``KernelOptions``, passed down to
         every cache's runner.
 
-        ``host_cache_size``: bytes of host memory for V1's host tier (TensorRT-LLM's ``KvCacheConfig.host_cache_size``;
-        ``kvcm/reuse/host_tier.py``): cached pages an allocation evicts are copied there (pinned memory on CUDA)
+        ``host_cache_size``: bytes of host memory for the host tier (TensorRT-LLM's ``KvCacheConfig.host_cache_size``;
+        V1's secondary pool, ``kvcm/reuse/host_tier.py``, or V2's host level, ``kvcm/reuse/host_level.py``): cached
+        pages an allocation evicts are copied there (pinned memory on CUDA)
         and copied back on a hit instead of being recomputed; overrides ``kv_cache_config.host_cache_size``.
 
         ``manager_version=`` / ``draft_manager_version=`` are the deprecated spellings of ``kvcm_version=`` /

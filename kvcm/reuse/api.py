@@ -16,7 +16,7 @@ from .cache import ReuseCache
 from .policy import find_match, store
 from .retention import DEFAULT_RETENTION_PRIORITY, KvCacheRetentionConfig
 from .state import ReuseState
-from .stats import BlockCounts, KvCacheStats, ReuseCounters, RequestReuseStats
+from .stats import BlockCounts, KvCacheStats, LevelStatistics, ReuseCounters, RequestReuseStats
 
 
 def _token_ids(field: str, token_ids, *, allow_empty: bool = False) -> list[int]:
@@ -58,14 +58,14 @@ class ReuseMixin:
     _reuse_policy = None          # set by each version
     _cache_class = ReuseCache     # V1: QueuedReuseCache, over its queued pools
 
-    _host_tier = False            # V1 models TensorRT-LLM's secondary pool (kvcm/reuse/host_tier.py)
+    _host_tier = False            # V1: TensorRT-LLM's secondary pool (host_tier.py); V2: its host level (host_level.py)
+    _host_tier_refusal = "this manager has no host tier in kvcm (docs/semantics.md 11.7)"
 
     def _init_reuse(self) -> None:
         cfg = self.kv_cache_config
         if cfg.host_cache_size and not self._host_tier:
-            raise ConfigError("host_cache_size", cfg.host_cache_size, f"needs kvcm_version v1: the host tier is "
-                              f"modelled as TensorRT-LLM V1's secondary pool; {self.kvcm_version}'s cache levels are "
-                              "not modelled (docs/semantics.md 11.6)")
+            raise ConfigError("host_cache_size", cfg.host_cache_size, f"must be None or 0 for "
+                              f"{type(self).__name__}: {self._host_tier_refusal}")
         self._reuse: ReuseCache | None = None
         if cfg.enable_block_reuse:
             self._reuse = self._make_reuse_cache()
@@ -144,7 +144,9 @@ class ReuseMixin:
         # copy) and in alloc_new when it held no cached tokens (it did not evict a cached block)
         c.alloc_total_blocks = context - matched + copied + onboarded   # an onboard takes a GPU block too
         c.reused_host_blocks = onboarded
-        c.alloc_new_blocks = min(c.alloc_total_blocks, fresh_before)
+        # V2 counts a page migrated back from the host as a new allocation as well (_record_migrated_slots)
+        migrated = onboarded if getattr(cache, "migration_is_new_allocation", False) else 0
+        c.alloc_new_blocks = min(c.alloc_total_blocks - migrated, fresh_before) + migrated
         c.reused_tokens, c.queried_tokens = length, len(tokens)
         self._reuse_totals.add(c)
         return length
@@ -305,7 +307,10 @@ class ReuseMixin:
         tier = {}
         if host:
             h, cache = host[g], self._reuse
-            tier = dict(max_num_host_blocks=h.num_blocks, free_num_host_blocks=h.num_free,
+            # V2 reports the host level's available pages (free + evictable) as free, as its StorageStatistics do
+            # (secondary_free_num_blocks); V1 counts only empty secondary blocks free
+            free_host = h.num_free + (h.num_reusable if getattr(cache, "evictable_counts_as_free", False) else 0)
+            tier = dict(max_num_host_blocks=h.num_blocks, free_num_host_blocks=free_host,
                         reusable_num_host_blocks=h.num_reusable, offloaded_blocks=cache.offloaded,
                         onboarded_blocks=cache.onboarded, host_dropped_blocks=cache.host_dropped,
                         reused_host_blocks=t.reused_host_blocks)
@@ -323,7 +328,15 @@ class ReuseMixin:
         if not host:
             return BlockCounts(0, 0, 0, 0)
         free, reusable, total = self._reuse.host_counts(g)
-        return BlockCounts(free, reusable, 0, total)
+        return BlockCounts(free, reusable, total - free - reusable, total)
+
+    def get_level_statistics(self, level: int = 0, group: int | None = None) -> LevelStatistics:
+        """One cache level's pages of one group as TensorRT-LLM V2's ``StorageManager.get_statistics(level)``
+        gives them: ``total``, ``free``, ``evictable`` (cached, nobody holds them) and ``available`` (free +
+        evictable). Level 0 is the GPU pool, level 1 the host tier (all zeros without one)."""
+        level = validation.count("level", level, 0, 1, "cache levels (0: GPU, 1: host)")
+        counts = self.get_block_counts(group) if level == 0 else self.get_host_block_counts(group)
+        return LevelStatistics(counts.total, counts.free, counts.reusable)
 
     def get_cache_block_ids(self, request_id) -> list[list[int]]:
         """The request's block ids per group as TensorRT-LLM names them (``getCacheBlockIds``): the block table's

@@ -122,7 +122,8 @@ class V2Policy:
         m = n
         while True:
             skip = self.skipped(group, m * tpb, tpb)
-            missing = next((i for i in range(m) if i not in skip and nodes[i].pages[g] < 0), None)
+            missing = next((i for i in range(m) if i not in skip and nodes[i].pages[g] < 0
+                            and nodes[i].host[g] < 0), None)
             if missing is None:
                 return m
             m = missing

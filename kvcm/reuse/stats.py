@@ -20,6 +20,24 @@ class BlockCounts:
     total: int
 
 
+@dataclass(frozen=True)
+class LevelStatistics:
+    """One cache level of one group in pages, as TensorRT-LLM V2's ``StorageStatistics``: what an allocation at
+    that level can have is ``available``, the free pages and the cached ones nobody holds (evicted on demand)."""
+
+    total: int
+    free: int
+    evictable: int
+
+    @property
+    def available(self) -> int:
+        return self.free + self.evictable
+
+    @property
+    def unavailable(self) -> int:
+        return self.total - self.available
+
+
 @dataclass
 class ReuseCounters:
     """What matching did, for one request or summed over a manager (TensorRT-LLM's ``mReusedBlocks`` ...)."""
@@ -30,7 +48,7 @@ class ReuseCounters:
     alloc_new_blocks: int = 0     # of those, blocks that held no cached tokens (no cached block was evicted)
     reused_tokens: int = 0        # prompt tokens whose KV came from the cache (the prepopulated length)
     queried_tokens: int = 0       # prompt tokens looked up
-    reused_host_blocks: int = 0   # of the reused blocks, those onboarded from the host tier (V1)
+    reused_host_blocks: int = 0   # of the reused blocks, those onboarded from the host tier
 
     def add(self, other: "ReuseCounters") -> None:
         for name in self.__dataclass_fields__:
@@ -70,9 +88,9 @@ class KvCacheStats:
     cache_hit_rate: float
     reused_tokens: int
     queried_tokens: int
-    # the host tier (V1 with host_cache_size; zeros without one): its blocks, free and cached there (never
-    # allocatable), and the blocks moved each way and reused from it (V2's iter_offload / iter_onboard and
-    # ReusedBlocksByLevel name the same things)
+    # the host tier (with host_cache_size; zeros without one): its blocks, free (V1: empty; V2: available, free +
+    # evictable, as secondary_free_num_blocks) and cached there (never allocatable), and the blocks moved each way
+    # and reused from it (V2's iter_offload / iter_onboard / iter_host_dropped and ReusedBlocksByLevel)
     max_num_host_blocks: int = 0
     free_num_host_blocks: int = 0
     reusable_num_host_blocks: int = 0

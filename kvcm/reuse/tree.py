@@ -56,8 +56,9 @@ class Node:
         return not self.children
 
     def has_pages(self) -> bool:
-        """A page in some group, on the GPU or in the host tier: a node without one is unreachable."""
-        return any(p >= 0 for p in self.pages) or any(h >= 0 for h in self.host)
+        """A page in some group, on the GPU or in the host tier (or falling between them, V2's ``host_level``): a
+        node without one is unreachable."""
+        return any(p >= 0 for p in self.pages) or any(h != -1 for h in self.host)
 
     def __repr__(self):
         return f"Node(depth={self.depth}, tokens={len(self.tokens)}, pages={self.pages}, refs={self.refs})"

@@ -2,6 +2,8 @@
 ``alloc(n)`` -> n slot ids or None (refused, nothing changed), ``free(ids)``, ``available()``, ``capacity``.
 
 - kvcm (``kvcm-v1``): ``kvcm.free_queue.QueuedBlockPool``, the host pool V1's host tier keeps per layer group.
+- kvcm (``kvcm-v2``): ``kvcm.reuse.host_level.HostSlots``, the slots of V2's host level (TensorRT-LLM V2's
+  ``SlotAllocator`` order: recycled slots first, oldest first, then never-used ones).
 - vLLM 0.32 (``vllm``): ``vllm.v1.kv_offload.cpu.manager.CPUOffloadingManager`` with its ``lru`` and ``arc``
   policies; a slot is a chunk: ``prepare_store`` allocates (a store in flight), ``complete_store(success=False)``
   gives it back (the only public way a chunk returns before eviction). The counts are its ``_get_num_free_chunks``.
@@ -19,6 +21,7 @@ import pytest
 
 class KvcmHostPool:
     name = "kvcm QueuedBlockPool (V1 host tier)"
+    fresh_first = True            # never-used slots before freed ones
 
     def __init__(self, capacity: int):
         from kvcm.free_queue import QueuedBlockPool
@@ -36,7 +39,28 @@ class KvcmHostPool:
         return self.pool.num_available
 
 
+class KvcmV2HostLevel:
+    name = "kvcm HostSlots (V2 host level)"
+    fresh_first = False           # TensorRT-LLM V2's SlotAllocator: ready recycled slots, then new ones
+
+    def __init__(self, capacity: int):
+        from kvcm.reuse.host_level import HostSlots
+
+        self.capacity = capacity
+        self.pool = HostSlots(capacity, 16)
+
+    def alloc(self, n: int):
+        return None if n > self.pool.num_free else self.pool.allocate(n)
+
+    def free(self, ids) -> None:
+        self.pool.release(list(ids))
+
+    def available(self) -> int:
+        return self.pool.num_free
+
+
 class VllmCpuChunks:
+    fresh_first = True
     def __init__(self, capacity: int, policy: str):
         from vllm.v1.kv_offload.base import ReqContext, make_offload_key
         from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
@@ -71,6 +95,7 @@ class VllmCpuChunks:
 
 
 class SglangHostPages:
+    fresh_first = True
     name = "SGLang HostKVCache (dummy buffers)"
 
     def __init__(self, capacity: int):
@@ -121,6 +146,8 @@ def tiers_of(target_name: str, capacity: int) -> list:
     try:
         if target_name == "kvcm-v1":
             return [KvcmHostPool(capacity)]
+        if target_name == "kvcm-v2":
+            return [KvcmV2HostLevel(capacity)]
         if target_name == "vllm":
             return [VllmCpuChunks(capacity, "lru"), VllmCpuChunks(capacity, "arc")]
         if target_name == "sglang":

@@ -1,4 +1,5 @@
-"""Greedy parity with V1's host tier (``LLM(host_cache_size=...)``): tier on == tier off == Hugging Face
+"""Greedy parity with the host tier (``LLM(host_cache_size=...)``, V1's secondary pool and V2's host level): tier
+on == tier off == Hugging Face
 ``generate``, exact in fp32, on prompts whose shared prefixes do not fit the GPU pool together but fit the host
 tier; the tier must really bring blocks back (onboarded > 0) and compute fewer prefill tokens than without it
 (TensorRT-LLM #8813: with host_cache_size, hits returned other prompts' tokens)."""
@@ -35,9 +36,9 @@ def prompts(seed: int, rounds: int = 2):
     return [[p + torch.randint(3, 256, (5,), generator=g).tolist() for p in prefixes] for _ in range(rounds)]
 
 
-def run(model, host_blocks: int):
+def run(model, host_blocks: int, version: str = "v1"):
     """Round 1 caches the four prefixes (they need 28 blocks; the GPU pool has 16), round 2 asks them again."""
-    llm = LLM(model, kvcm_version="v1", max_batch_size=1, max_seq_len=256, enable_block_reuse=True,
+    llm = LLM(model, kvcm_version=version, max_batch_size=1, max_seq_len=256, enable_block_reuse=True,
               kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=TPB, max_tokens=16 * TPB, dtype="float32"),
               host_cache_size=host_blocks * block_bytes(model) if host_blocks else None)
     params = SamplingParams(max_new_tokens=NEW, ignore_eos=True)
@@ -47,9 +48,10 @@ def run(model, host_blocks: int):
     return [o.token_ids for o in outs], llm, second
 
 
-def test_host_tier_on_equals_off_equals_hf(llama):
-    on, llm_on, second = run(llama, host_blocks=32)
-    off, llm_off, _ = run(llama, host_blocks=0)
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_host_tier_on_equals_off_equals_hf(llama, version):
+    on, llm_on, second = run(llama, host_blocks=32, version=version)
+    off, llm_off, _ = run(llama, host_blocks=0, version=version)
     assert on == off
     ref = [o.token_ids for o in hf_generate(llama, second, NEW)]
     assert [o[:len(r)] for o, r in zip(on, ref)] == ref

@@ -20,7 +20,7 @@ def tree_dump(mgr) -> tuple:
 
     def node(n):
         kids = tuple(node(c) for _, c in sorted(n.children.items(), key=lambda kv: kv[1].tokens))
-        return (n.tokens, tuple(n.pages), tuple(n.refs), n.priority, kids)
+        return (n.tokens, tuple(n.pages), tuple(n.host), tuple(n.refs), n.priority, kids)
 
     return tuple((scope, node(root)) for scope, root in sorted(cache.tree.roots.items(), key=repr))
 
@@ -78,6 +78,33 @@ def check_books(mgr) -> None:
                 if page < 0:
                     assert lo <= i < hi, f"{rid!r} group {g}: block {i} of {len(blocks)} has no page outside the " \
                         f"stale range [{lo}, {hi}) at history {seq.history}"
+    check_levels(mgr)
+
+
+def check_levels(mgr) -> None:
+    """The host tier's books, per group: every host page holds one cached block that names it back, a block is
+    resident on one level at a time (never a GPU page and a host page, never left between them), the cached ones
+    nobody holds are the reusable (evictable) count, and free + cached = the tier. V2 only: V1 can file a GPU copy
+    of a block whose tree copy is on the host (storeBlocks while it is secondary), which keeps the block on both
+    levels and its reference count the GPU copy's (docs/semantics.md 11.7 lists it)."""
+    cache = mgr._reuse
+    host_nodes = getattr(cache, "host_node", None)
+    if host_nodes is None or mgr.kvcm_version != "v2":
+        return
+    for g, rows in enumerate(host_nodes):
+        host = mgr.get_host_block_counts(g)
+        for row, node in rows.items():
+            assert node.host[g] == row, f"group {g}: host page {row} names a block that is not on it"
+            assert node.pages[g] < 0, f"group {g}: a block on host page {row} has GPU page {node.pages[g]} too"
+        unheld = sum(1 for node in rows.values() if node.refs[g] == 0)
+        assert host.reusable == unheld, f"group {g}: host counts {host} with {unheld} cached host blocks unheld"
+        assert host.free + len(rows) == host.total, f"group {g}: host counts {host} with {len(rows)} cached"
+        stack = [root for _, root in cache.tree.roots.items()]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            assert node.host[g] == -1 or rows.get(node.host[g]) is node, \
+                f"group {g}: a block in the tree holds host page {node.host[g]}, which holds another block"
 
 
 def _chunk(group) -> int | None:

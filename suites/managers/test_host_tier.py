@@ -87,9 +87,12 @@ def test_bad_tier_knobs_are_one_config_error(field, value):
         KvCacheConfig(**{field: value})
 
 
-def test_v2_refuses_a_host_tier_it_does_not_model():
-    with pytest.raises(kvcm.ConfigError, match="host_cache_size=.*kvcm_version v1"):
-        build(version="v2", device="meta")
+def test_deepseek_v4_refuses_a_host_tier_it_does_not_model():
+    config = KvCacheConfig(tokens_per_block=128, max_tokens=1024, host_cache_size=1 << 20)
+    with pytest.raises(kvcm.ConfigError, match="^host_cache_size=1048576 is invalid: must be None or 0 for "
+                       "DeepseekV4CacheManager: .*sparse history offload"):
+        kvcm.DeepseekV4CacheManager(kvcm.DeepseekV4Spec(compress_ratios=(4, 128)), config, max_batch_size=4,
+                                    max_seq_len=8192, device="meta")
 
 
 def test_host_blocks_are_floored_and_never_allocatable():

@@ -1,5 +1,5 @@
-"""``kvcm plan --host-cache-size GIB --prefix-tokens T`` (``kvcm/plan_host_tier.py``): V1's host pool beside the GPU
-pool, and a prefix set's cost with and without it."""
+"""``kvcm plan --host-cache-size GIB --prefix-tokens T`` (``kvcm/plan_host_tier.py``): V1's host pool and V2's host
+level beside the GPU pool, and a prefix set's cost with and without it."""
 
 from __future__ import annotations
 
@@ -22,12 +22,15 @@ def tiers(result):
     return {m["kvcm_version"]: m.get("host_tier") for m in result["managers"]}
 
 
-def test_host_pool_is_the_floor_of_its_bytes_over_a_block_and_v2_says_it_is_not_modelled(capsys):
+def test_host_pool_is_the_floor_of_its_bytes_over_a_block_for_v1_and_v2(capsys):
+    """V1: ``floor(bytes / block bytes)`` secondary blocks a group. V2 (one full-attention group here): its host level
+    of ``host_cache_size`` bytes, the same floor; it has no minimum offload priority or onboard switch."""
     result = plan(capsys, "--host-cache-size", "2")
     v1, v2 = tiers(result)["v1"], tiers(result)["v2"]
     assert v1["host_blocks"] == (2 * 2**30) // v1["bytes_per_block"] and v1["host_tokens"] == v1["host_blocks"] * 32
     assert v1["secondary_offload_min_priority"] == 30 and v1["onboard_blocks"] is True
-    assert v2["modelled"] is False
+    assert v2["modelled"] is True and v2["host_blocks_per_group"] == [(2 * 2**30) // v2["bytes_per_block"]]
+    assert v2["host_blocks"] == v2["host_blocks_per_group"][0] and "secondary_offload_min_priority" not in v2
 
 
 @pytest.mark.parametrize("scale, fits_gpu, fits_both", [(0.5, True, True), (2.0, False, True), (8.0, False, False)])

@@ -41,13 +41,17 @@ class Config:
     window: int = 2
     window_offset: int = 0
     max_states: int = 5000       # the search stops at this many distinct states (or when nothing new is left)
-    host: int = 0                # V1's host tier (TensorRT-LLM's secondary pool): blocks a group, 0 = none
+    host: int = 0                # the host tier (V1's secondary pool, V2's host level): blocks a group, 0 = none
+    retention: bool = False      # V1: admissions with timed retention priorities, the clock, refresh_blocks
+    scopes: bool = False         # admissions under a cache_salt and a lora_task_id too
 
     @property
     def name(self) -> str:
         extra = f"-d{self.draft}" if self.draft else ""
         extra += f"-e{self.extra}" if self.extra else ""
         extra += f"-h{self.host}" if self.host else ""
+        extra += "-ret" if self.retention else ""
+        extra += "-scopes" if self.scopes else ""
         return (f"{self.version}-{self.layout}-tpb{self.tpb}-b{self.blocks}-reuse_{self.reuse}-"
                 f"{'ids' if self.ids else 'noids'}-r{self.slots}{extra}")
 
@@ -111,8 +115,14 @@ def build(cfg: Config):
             mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool, host_cache_size=host_bytes),
                                                **limits)
             assert mgr.get_host_block_counts(0).total == cfg.host, cfg
+    elif cfg.host:
+        mgr = _v2_host_level(cfg, limits)
     else:
         mgr = _equal_pools(lambda c: kvcm.create_kv_cache_manager("v2", _spec(cfg), c, **limits), cfg, cfg.tpb)
+    if cfg.retention:
+        from .ops import StepClock
+
+        mgr.set_clock(StepClock())
     assert [g.num_blocks for g in mgr.layer_groups] == [cfg.blocks] * len(mgr.layer_groups), cfg
     return mgr
 
@@ -141,6 +151,15 @@ def default_configs() -> list[Config]:
     # V1's host tier: evicted blocks offload to 2 host blocks a group and onboard on a hit (and refresh_blocks)
     out.append(Config("v1", "full", 2, 4, "on", ids=True, host=2, max_states=3000))
     out.append(Config("v1", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000))
+    out += v2_host_level_configs()
+    # retention with durations (V1: the clock, refresh_blocks, timed priorities; with the host tier, whose offload
+    # takes priorities at least secondary_offload_min_priority) and reuse scopes (salt, LoRA)
+    # (one request at a time: six calls deep, so a timed block is released, outlives its duration and is evicted)
+    out.append(Config("v1", "full", 2, 4, "on", ids=True, retention=True, slots=1, max_states=6000))
+    out.append(Config("v1", "full+window", 2, 4, "copy", ids=True, retention=True, slots=1, max_states=6000))
+    out.append(Config("v1", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=6000))
+    for version in ("v1", "v2"):
+        out.append(Config(version, "full", 2, 4, "on", ids=True, scopes=True, max_states=3000))
     for reuse, ids, draft in (("off", True, 0), ("on", True, 0), ("copy", True, 1), ("copy", False, 0)):
         out.append(Config("dsv4", "dsv4", 128, 4, reuse, ids=ids, draft=draft, max_states=3000))
     return out
@@ -150,3 +169,25 @@ def deep_configs() -> list[Config]:
     """``--kvcm-slow``: the same configurations ten times as far, and three requests at once everywhere."""
     return [Config(**{**c.__dict__, "max_states": c.max_states * 10, "slots": max(c.slots, 3)})
             for c in default_configs()]
+
+
+# ---- V2's host level (kvcm/reuse/host_level.py) -------------------------------------------------------------------
+def v2_host_level_configs() -> list[Config]:
+    """V2 with a host level of 2 pages a group: evicted pages fall to it, a hit migrates them back, the host evicts
+    its own and drops what it cannot take; a full group alone, and with a sliding window beside it."""
+    return [Config("v2", "full", 2, 4, "on", ids=True, host=2, max_states=3000),
+            Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000)]
+
+
+def _v2_host_level(cfg: Config, limits: dict):
+    """``_equal_pools`` with ``host_cache_size`` of ``cfg.host`` pages of every group (the host level splits its
+    bytes as the GPU level does, so each group gets ``cfg.host``)."""
+    spec = _spec(cfg)
+
+    def make(c):
+        per_block = sum(g.bytes_per_block for g in kvcm.create_kv_cache_manager("v2", spec, c, **limits).layer_groups)
+        return kvcm.create_kv_cache_manager("v2", spec, c.replace(host_cache_size=cfg.host * per_block), **limits)
+
+    mgr = _equal_pools(make, cfg, cfg.tpb)
+    assert [mgr.get_host_block_counts(g).total for g in range(len(mgr.pools))] == [cfg.host] * len(mgr.pools), cfg
+    return mgr

@@ -10,6 +10,12 @@ step (``begin_generation`` with d draft tokens, ``end_generation`` accepting a o
 appended), so a refusal can only come from its first call. Bad input is in the alphabet too: an operation whose
 name ends in ``?`` must be refused with ``ConfigError`` or ``UnknownRequestError``.
 
+A configuration with ``retention`` also admits requests with a ``KvCacheRetentionConfig`` (a timed high priority
+on the first block, a timed low one on decode blocks: TensorRT-LLM's token ranges and ``decode_duration_ms``),
+moves the manager's clock a millisecond at a time (``tick``, a few times at most, so the states stay finite) and
+calls ``refresh_blocks``; one with ``scopes`` admits under a ``cache_salt`` and a ``lora_task_id`` too, whose
+blocks no other scope may match.
+
 A new manager operation or option joins this alphabet (``enabled`` and ``apply``) in the same change.
 """
 
@@ -18,10 +24,47 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvcm.errors import ConfigError, OutOfPagesError, UnknownRequestError
+from kvcm.reuse.retention import KvCacheRetentionConfig, TokenRangeRetentionConfig
 
 REFUSALS = (OutOfPagesError,)
 BAD_INPUT = (ConfigError, UnknownRequestError)
 DUMMIES = {"ctx": (("w0",), lambda t: [t + 1], False), "gen2": (("w0", "w1"), lambda t: [1, t], True)}
+
+
+MAX_TICKS = 3                      # the clock's last millisecond: durations of 1 and 2 run out before it
+
+
+class StepClock:
+    """The manager's clock as the explorer sets it (``set_clock``): milliseconds that move only on ``tick``, kept
+    with the pools in a state's pickle."""
+
+    def __init__(self, t: int = 0):
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t
+
+    def __repr__(self) -> str:
+        return f"StepClock({self.t})"
+
+
+def retention(cfg) -> KvCacheRetentionConfig:
+    """The first block kept at 80 for 1 ms once released, decode blocks at 20 for 2 ms (the default is 35)."""
+    return KvCacheRetentionConfig(token_range_retention_configs=(TokenRangeRetentionConfig(0, cfg.tpb, 80, 1),),
+                                  decode_retention_priority=20, decode_duration_ms=2)
+
+
+ADMISSIONS = {"admit": {}, "add": {}}          # op -> add_sequence's options (configs add to it below)
+
+
+def _admissions(cfg) -> dict:
+    out = dict(ADMISSIONS)
+    if cfg.retention:
+        out["admit-ret"] = {"retention_config": retention(cfg)}
+    if cfg.scopes:
+        out["admit-salt"] = {"cache_salt": "s"}
+        out["admit-lora"] = {"lora_task_id": 7}
+    return out
 
 
 class Req(NamedTuple):
@@ -55,7 +98,7 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
                 continue                    # empty slots are alike: admit into the first one only
             for p, prompt in enumerate(prompts):
                 if cfg.ids:
-                    ops += [("admit", s, p), ("add", s, p)]
+                    ops += [(kind, s, p) for kind in _admissions(cfg)]
                 ops += [("chunk", s, p, n) for n in _chunks(len(prompt), scale)]
             continue
         length = len(prompts[req.prompt])
@@ -81,8 +124,10 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
         ops.append(("free-unknown?", first_empty))
     ops += [("undummy",)] if drv.dummies else [("dummy", k) for k in DUMMIES] + [("bad-dummy?",)]
     ops.append(("reset",))
-    if cfg.host:
+    if cfg.host or cfg.retention:
         ops.append(("refresh",))
+    if cfg.retention and mgr.pools[0].clock() < MAX_TICKS:
+        ops.append(("tick",))
     return ops
 
 
@@ -102,10 +147,10 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
             raise Refused from None
         raise AssertionError(f"{op} was accepted: bad input must raise ConfigError or UnknownRequestError")
     slots = list(drv.slots)
-    if kind in ("add", "admit"):
+    if kind in ("add", "admit", "admit-ret", "admit-salt", "admit-lora"):
         _, s, p = op
         try:
-            n = m.add_sequence(rid(s), list(prompts[p]))
+            n = m.add_sequence(rid(s), list(prompts[p]), **_admissions(cfg)[kind])
         except REFUSALS:
             raise Refused from None
         # docs/semantics.md 11.2: the last token is always recomputed; DeepSeek-V4 reuses whole blocks only
@@ -113,7 +158,7 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
         assert cfg.version != "dsv4" or n % cfg.tpb == 0, f"DeepSeek-V4 reused {n} tokens, not whole blocks"
         _reused_pages_are_cached(m, cfg, rid(s), n)
         slots[s] = Req(p, True, n, ())
-        if kind == "admit":           # the whole rest of the prompt in one chunk; refused, the engine frees it
+        if kind != "add":             # the whole rest of the prompt in one chunk; refused, the engine frees it
             length = len(prompts[p])
             try:
                 m.begin_context_chunk(rid(s), n, length - n, length)
@@ -162,7 +207,9 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
         for name in DUMMIES[drv.dummies][0]:
             m.free_resources(name)
         return Driver(drv.slots, None)
-    elif kind == "refresh":          # once a step upstream; with no retention durations it changes no count
+    elif kind == "tick":
+        m.set_clock(StepClock(m.pools[0].clock() + 1))
+    elif kind == "refresh":          # once a step upstream; a priority falling back to 35 changes no count
         before = [(p.num_free, p.num_reusable) for p in m.pools], m.get_host_block_counts(0)
         m.refresh_blocks()
         after = [(p.num_free, p.num_reusable) for p in m.pools], m.get_host_block_counts(0)

@@ -34,6 +34,7 @@ def used(o: Oracle, tpb: int) -> int:
 def step(cfg, prompts, drv, o: Oracle, op: tuple) -> tuple[bool, Oracle, int]:
     """(does the call fit, the state after it, the most blocks held during it). Bad input never changes it."""
     kind, e, k, tpb = op[0], cfg.extra, cfg.draft, cfg.tpb
+    kind = "admit" if kind.startswith("admit") else kind     # an admission's options change no capacity
     caps = list(o.caps)
     peak_extra = 0
     if kind.endswith("?") or kind == "reset":

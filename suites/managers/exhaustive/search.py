@@ -99,6 +99,12 @@ class Explorer:
         parts = [drv.dummies, orc.dummies, tuple((p.num_free, p.num_reusable) for p in mgr.pools)]
         if self.cfg.host:
             parts.append(tuple(mgr.get_host_block_counts(g) for g in range(len(mgr.pools))))
+        if self.cfg.retention:        # the clock and the timers still running, as time left and pages renamed
+            now = mgr.pools[0].clock()
+            parts.append(now)
+            parts.append(tuple(tuple(sorted((expiry - now, name(g, page), pool.queue.key(page) == queue)
+                                            for expiry, _, page, queue in pool._expiring))
+                               for g, pool in enumerate(mgr.pools)))
         for rid_ in [r for _, r in slots] + [r for r in seqs if r[0] == "w"]:
             seq = seqs[rid_]
             parts.append((_seq_counters(seq), tuple(tuple(name(g, b) for b in blocks)
@@ -114,7 +120,7 @@ class Explorer:
             def node(n):
                 kids = tuple(node(c) for _, c in sorted(n.children.items()))
                 return (n.tokens, tuple((name(g, p), n.refs[g], order[g].get(n.serial)) for g, p in enumerate(n.pages)),
-                        kids)
+                        n.priority if self.cfg.retention else None, kids)
 
             parts.append(tuple((scope, node(root)) for scope, root in sorted(cache.tree.roots.items(), key=repr)))
         return hash(tuple(parts))
@@ -216,6 +222,9 @@ class Explorer:
         for g in range(len(mgr.pools)) if cfg.host else ():   # the host tier: every block free or holding one
             host = mgr.get_host_block_counts(g)
             assert host.free + host.reusable == host.total == cfg.host and host.in_use == 0, (g, host)
+            if cfg.version == "v2":     # V2's StorageStatistics of the host level: available = free + evictable
+                level = mgr.get_level_statistics(1, g)
+                assert (level.total, level.available) == (cfg.host, host.free + host.reusable), (g, level, host)
             stats = mgr.get_kv_cache_stats() if hasattr(mgr, "get_kv_cache_stats") else None
             if stats is not None and hasattr(stats, "offloaded_blocks"):
                 assert stats.offloaded_blocks >= stats.onboarded_blocks, stats
