@@ -87,7 +87,8 @@ def truncated_drafter(model, num_layers: int):
 def tiny_llama4(chunk: int = 8, seed: int = 0, num_hidden_layers: int = 4):
     """A seeded random text-only Llama 4 (``Llama4ForCausalLM``) at toy size: chunked-local attention of
     ``chunk`` tokens on three layers of four, full attention (no RoPE) on every fourth, as Llama 4 Scout lays them
-    out, dense MLPs (no experts) and no attention temperature tuning (kvcm's engine does not apply it)."""
+    out, dense MLPs (no experts) and attention temperature tuning off (it acts from ``floor_scale``, 8,192 tokens;
+    a test lowers it)."""
     import transformers as tf
 
     cfg = tf.Llama4TextConfig(**dict(_TINY_COMMON, intermediate_size_mlp=128, num_hidden_layers=num_hidden_layers,
