@@ -75,6 +75,16 @@ def test_tiny_llama4_matches_hf(model, max_num_tokens):
             assert local.peak_held <= len(prompts) * ChunkedLocal(chunk).max_pages(TPB) < full.peak_held
 
 
+def test_a_mixture_of_experts_llama4_matches_hf():
+    """Maverick's layout at toy size: four experts, top-1, on every other layer, chunked prefill on V1 and V2."""
+    moe = tiny_llama4(chunk=8, experts=4).to(DEVICE)
+    prompts = random_prompts(7, [3, 9, 17, 30])
+    ref = [r.token_ids for r in hf_generate(moe, prompts, max_new_tokens=NEW, eos_token_id=[])]
+    for version in ALL_VERSIONS:
+        outs = _llm(moe, version, max_num_tokens=7).generate(prompts, _params())
+        assert [o.token_ids for o in outs] == ref, version
+
+
 @pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_v2_gives_back_the_pages_of_each_chunk_left(model, version):
     """One request a generate: the chunked group gives back, by the request's last step (history ``h``), the
