@@ -41,9 +41,9 @@ def entry(manager, args) -> dict | None:
     if args.host_cache_size is None:
         return None
     host_bytes = int(args.host_cache_size * GiB)
-    if not versions.get(manager.kvcm_version).host_tier_modelled:
-        return {"host_cache_size": host_bytes, "modelled": False,
-                "why": f"kvcm does not model a host tier for {manager.kvcm_version}"}
+    if not versions.get(manager.kvcm_version).host_tier_modelled or not manager._host_tier:
+        # a manager that refuses host_cache_size says why (DeepSeek-V4: upstream's offload is another thing)
+        return {"host_cache_size": host_bytes, "modelled": False, "why": manager._host_tier_refusal}
     tpb = manager.tokens_per_block
     block_bytes = sum(g.bytes_per_block for g in manager.layer_groups)
     gpu = min(g.num_blocks for g in manager.layer_groups)
