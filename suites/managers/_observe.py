@@ -84,12 +84,11 @@ def check_books(mgr) -> None:
 def check_levels(mgr) -> None:
     """The host tier's books, per group: every host page holds one cached block that names it back, a block is
     resident on one level at a time (never a GPU page and a host page, never left between them), the cached ones
-    nobody holds are the reusable (evictable) count, and free + cached = the tier. V2 only: V1 can file a GPU copy
-    of a block whose tree copy is on the host (storeBlocks while it is secondary), which keeps the block on both
-    levels and its reference count the GPU copy's (docs/semantics.md 11.7 lists it)."""
+    nobody holds are the reusable (evictable) count, and free + cached = the tier (V1's secondary pool and V2's host
+    level alike)."""
     cache = mgr._reuse
     host_nodes = getattr(cache, "host_node", None)
-    if host_nodes is None or mgr.kvcm_version != "v2":
+    if host_nodes is None:
         return
     for g, rows in enumerate(host_nodes):
         host = mgr.get_host_block_counts(g)
