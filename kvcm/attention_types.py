@@ -11,9 +11,10 @@ size of ``page_size`` tokens (``tokens_per_block``): the oldest token the in-fli
   (docs/semantics.md 4.1; its policy's ``window_first_token`` and ``window_bound_blocks``).
 * ``ChunkedLocal(chunk)``: the tokens of the query's own chunk of ``chunk`` positions, Llama 4's
   ``attention_chunk_size`` (its policy's ``chunk_first_token``; vLLM ``v1/core/single_type_kv_cache_manager.py``
-  ``ChunkedLocalAttentionManager``: ``get_num_skipped_tokens(n) = n // chunk * chunk``, and ``find_longest_cache_hit`` looks up only the pages
-  from the last chunk's start; ``v1/kv_cache_interface.py`` ``ChunkedLocalAttentionSpec``; TensorRT-LLM's
-  ``attention_chunk_size`` in ``tensorrt_llm/_torch/attention_backend/interface.py``).
+  ``ChunkedLocalAttentionManager``: ``get_num_skipped_tokens(n) = n // chunk * chunk``, and
+  ``find_longest_cache_hit`` looks up only the pages from the last chunk's start; ``v1/kv_cache_interface.py``
+  ``ChunkedLocalAttentionSpec``; TensorRT-LLM's ``attention_chunk_size`` in
+  ``tensorrt_llm/_torch/attention_backend/interface.py``).
 
 ``TYPES`` names each type for the life-cycle key and ``describe()``; a new type is its class here and a line in it.
 """

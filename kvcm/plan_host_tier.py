@@ -2,10 +2,10 @@
 
 TensorRT-LLM's option is ``KvCacheConfig.host_cache_size`` (bytes); the plan takes GiB, as ``--free-gib`` does.
 For each manager: the host pool of every group (V1: ``floor(bytes / block bytes)`` blocks; V2: its host level, the
-bytes split between the groups as the GPU level's are) beside the GPU pool, and what a shared prefix set of ``T`` tokens costs with and without the tier when requests
-visit it in turn (the least recently used prefix next, the case an LRU cache handles worst): without the tier a
-set larger than the GPU pool misses on every visit and is recomputed; with it, a set that fits GPU + host is
-recomputed never and copied host -> GPU instead.
+bytes split between the groups as the GPU level's are) beside the GPU pool, and what a shared prefix set of ``T``
+tokens costs with and without the tier when requests visit it in turn (the least recently used prefix next, the
+case an LRU cache handles worst): without the tier a set larger than the GPU pool misses on every visit and is
+recomputed; with it, a set that fits GPU + host is recomputed never and copied host -> GPU instead.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def entry(manager, args) -> dict | None:
     if args.host_cache_size is None:
         return None
     host_bytes = int(args.host_cache_size * GiB)
-    if not versions.get(manager.kvcm_version).host_tier_modelled:
-        return {"host_cache_size": host_bytes, "modelled": False,
-                "why": f"kvcm does not model a host tier for {manager.kvcm_version}"}
+    if not versions.get(manager.kvcm_version).host_tier_modelled or not manager._host_tier:
+        # a manager that refuses host_cache_size says why (DeepSeek-V4: upstream's offload is another thing)
+        return {"host_cache_size": host_bytes, "modelled": False, "why": manager._host_tier_refusal}
     tpb = manager.tokens_per_block
     block_bytes = sum(g.bytes_per_block for g in manager.layer_groups)
     gpu = min(g.num_blocks for g in manager.layer_groups)
@@ -87,8 +87,8 @@ def lines(m: dict) -> list[str]:
     if not h["modelled"]:
         return [f"  host tier ({h['host_cache_size'] / GiB:g} GiB) [--host-cache-size]: not modelled for "
                 f"{m['kvcm_version'].upper()}: {h['why']}"]
-    head = (f"  host tier [--host-cache-size]: {h['host_blocks']:,} blocks ({h['host_tokens']:,} tokens) of host memory "
-            f"beside {h['gpu_blocks']:,} GPU blocks ({h['gpu_tokens']:,} tokens); ")
+    head = (f"  host tier [--host-cache-size]: {h['host_blocks']:,} blocks ({h['host_tokens']:,} tokens) of host "
+            f"memory beside {h['gpu_blocks']:,} GPU blocks ({h['gpu_tokens']:,} tokens); ")
     if "host_blocks_per_group" in h:      # V2's host level
         out = [head + "every evicted cached page falls to the host level, which evicts its lowest priority first, "
                       "and a hit migrates it back"]

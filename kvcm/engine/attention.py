@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..attention_types import AttentionType, SlidingWindow
-from . import triton_attention
+from . import query_scale, triton_attention
 
 NAME = "kvcm_paged"
 
@@ -70,6 +70,7 @@ class AttentionContext:
     use_kernel: bool = False           # Triton kernels (CUDA) rather than the torch reference
     split_len: int = 0                 # the kernel reads each query block's keys in shares of this many (0: whole)
     block_m: int | None = None         # the kernel's query rows a program (None: its least tile)
+    positions: torch.Tensor | None = None    # [T] long: each packed token's position (Llama 4's query scale)
     cache: dict = field(default_factory=dict)     # masks shared by the layers of a group
 
 
@@ -201,6 +202,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     kv = ctx.layer_kv[layer]
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     q = query[0].transpose(0, 1)                   # [T, H, D]
+    if ctx.positions is not None and query_scale.tuned(module):
+        q = query_scale.retune(module, q, ctx.positions)
     k_new = key[0].transpose(0, 1)                 # [T, kv_heads, D]
     v_new = value[0].transpose(0, 1)
     if ctx.use_kernel:

@@ -57,22 +57,6 @@ def check_tokenizer(tokenizer) -> None:
                                                          "(a transformers tokenizer)")
 
 
-def check_temperature_tuning(config, limits) -> None:
-    """Llama 4's attention temperature tuning scales its no-RoPE layers' queries by positions it counts from
-    Hugging Face's cache, which the paged path does not keep (it counts a step's packed tokens from 0): the tuning
-    is a factor of 1 below ``floor_scale``, so the longest request and the largest step must stay below it
-    (``limits``: the engine's ``kvcm.limits.Limits``). Every attention type is one the engine's attention masks
-    (``attention.py``, ``triton_attention.py``): full, sliding-window, chunked-local."""
-    floor = getattr(config, "floor_scale", None)
-    if not (getattr(config, "attn_temperature_tuning", False) and isinstance(floor, int)):
-        return
-    step = limits.max_num_tokens or limits.max_batch_size * limits.max_seq_len
-    for field, value in (("max_seq_len", limits.max_seq_len), ("max_num_tokens", step)):
-        if value >= floor:
-            raise ConfigError(field, value, f"must be < model.config.floor_scale={floor} with "
-                              f"attn_temperature_tuning on (kvcm's paged attention does not tune the query scale)")
-
-
 def check_prefill_block_m(block_m, model, what: str = "") -> None:
     """None, or a query tile the kernel takes for ``model``'s heads (a draft model's too: ``what`` names it)."""
     if block_m is None:

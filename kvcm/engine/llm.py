@@ -162,7 +162,6 @@ class LLM:
         self.kv_cache_config = kv_cache_config
         self.kvcm_version = kvcm_version = c.kvcm_version
         self.model_spec = ModelSpec.from_hf_config(model.config)
-        checks.check_temperature_tuning(model.config, self.limits)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         draft_model = drafter if isinstance(drafter, torch.nn.Module) else None
         target_cfg = draft_cfg = kv_cache_config

@@ -2,8 +2,9 @@
 
 A sliding-window or chunked-local group is where V2 differs from V1: V2 releases a request's pages as they fall
 out of the window or the query's chunk (``LayerGroup.stale_range``) while V1 keeps them to the end. The two
-figures here make that visible in a real run, and are what the Gemma 3 and Llama 4 gates read: ``released_stale`` > 0 only on V2's sliding group, and
-``peak_held`` there bounded by the window's pages per request.
+figures here make that visible in a real run, and are what the Gemma 3 and Llama 4 gates read:
+``released_stale`` > 0 only on V2's bounded groups, and ``peak_held`` there bounded by the window's (or the
+chunk's) pages per request.
 """
 from __future__ import annotations
 

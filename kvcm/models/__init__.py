@@ -12,5 +12,6 @@ from .tiny import TINY_ARCHS, TINY_INIT_STD, tiny_llama4, tiny_model, truncated_
 
 __all__ = [
     "GenOutput", "chat_prompt_ids", "hf_generate", "INSTALL_HINT", "SMOLLM2_GGUF_NAME", "SMOLLM2_NAME",
-    "SMOLLM2_PACKAGE", "ModelNotInstalled", "find_smollm2_gguf", "load_smollm2", "smollm2_cache_dir", "TINY_ARCHS", "TINY_INIT_STD", "tiny_llama4", "tiny_model", "truncated_drafter",
+    "SMOLLM2_PACKAGE", "ModelNotInstalled", "find_smollm2_gguf", "load_smollm2", "smollm2_cache_dir", "TINY_ARCHS",
+    "TINY_INIT_STD", "tiny_llama4", "tiny_model", "truncated_drafter",
 ]

@@ -84,14 +84,17 @@ def truncated_drafter(model, num_layers: int):
     return drafter
 
 
-def tiny_llama4(chunk: int = 8, seed: int = 0, num_hidden_layers: int = 4):
+def tiny_llama4(chunk: int = 8, seed: int = 0, num_hidden_layers: int = 4, experts: int = 0):
     """A seeded random text-only Llama 4 (``Llama4ForCausalLM``) at toy size: chunked-local attention of
     ``chunk`` tokens on three layers of four, full attention (no RoPE) on every fourth, as Llama 4 Scout lays them
-    out, dense MLPs (no experts) and no attention temperature tuning (kvcm's engine does not apply it)."""
+    out; dense MLPs, or with ``experts`` a top-1 mixture of that many on every other layer (Maverick's
+    interleave); attention temperature tuning off (it acts from ``floor_scale``, 8,192 tokens; a test lowers it)."""
     import transformers as tf
 
+    moe = list(range(1, num_hidden_layers, 2)) if experts else []
     cfg = tf.Llama4TextConfig(**dict(_TINY_COMMON, intermediate_size_mlp=128, num_hidden_layers=num_hidden_layers,
-                                     head_dim=16, moe_layers=[], attention_chunk_size=chunk,
+                                     head_dim=16, moe_layers=moe, num_local_experts=max(1, experts),
+                                     num_experts_per_tok=1, attention_chunk_size=chunk,
                                      attn_temperature_tuning=False, tie_word_embeddings=False))
     cfg._attn_implementation = "sdpa"
     with torch.random.fork_rng(devices=[]):

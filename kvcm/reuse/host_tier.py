@@ -176,6 +176,14 @@ class TieredReuseCache(QueuedReuseCache):
         if node.refs[g] == 0:
             self.host[g].queue.restore(node.host[g], self._claimed_keys[g].pop(("host", node.host[g])))
 
+    def set_page(self, node: Node, g: int, page: int) -> None:
+        """A block the tree already holds in the host tier keeps its block: ``storeBlocks`` finds the match (a
+        secondary block too) and traverses it, so the request's own copy stays private and goes free with it (filing
+        it beside the host copy put one block on both tiers, counted on each)."""
+        if node.host[g] >= 0:
+            return
+        super().set_page(node, g, page)
+
     def reset(self) -> None:
         for g, host in enumerate(self.host):
             for row, node in list(self.host_node[g].items()):

@@ -13,7 +13,8 @@ from ._registry import defect
 
 _CONF = "suites/conformance/test_v2_host_tier.py::"
 _MGR = "suites/managers/test_host_level.py::"
-_EXPLORER = "suites/managers/exhaustive/test_exhaustive.py::test_explorer_finds_no_violation[v2-full-tpb2-b4-reuse_on-ids-r2-h2]"
+_EXPLORER = ("suites/managers/exhaustive/test_exhaustive.py::"
+             "test_explorer_finds_no_violation[v2-full-tpb2-b4-reuse_on-ids-r2-h2]")
 
 
 def _seams():

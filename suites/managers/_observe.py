@@ -84,12 +84,11 @@ def check_books(mgr) -> None:
 def check_levels(mgr) -> None:
     """The host tier's books, per group: every host page holds one cached block that names it back, a block is
     resident on one level at a time (never a GPU page and a host page, never left between them), the cached ones
-    nobody holds are the reusable (evictable) count, and free + cached = the tier. V2 only: V1 can file a GPU copy
-    of a block whose tree copy is on the host (storeBlocks while it is secondary), which keeps the block on both
-    levels and its reference count the GPU copy's (docs/semantics.md 11.7 lists it)."""
+    nobody holds are the reusable (evictable) count, and free + cached = the tier (V1's secondary pool and V2's host
+    level alike)."""
     cache = mgr._reuse
     host_nodes = getattr(cache, "host_node", None)
-    if host_nodes is None or mgr.kvcm_version != "v2":
+    if host_nodes is None:
         return
     for g, rows in enumerate(host_nodes):
         host = mgr.get_host_block_counts(g)
@@ -99,12 +98,18 @@ def check_levels(mgr) -> None:
         unheld = sum(1 for node in rows.values() if node.refs[g] == 0)
         assert host.reusable == unheld, f"group {g}: host counts {host} with {unheld} cached host blocks unheld"
         assert host.free + len(rows) == host.total, f"group {g}: host counts {host} with {len(rows)} cached"
-        stack = [root for _, root in cache.tree.roots.items()]
+        full = mgr.layer_groups[g].is_full
+        stack = [(root, True) for _, root in cache.tree.roots.items()]
         while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
+            node, reachable = stack.pop()
             assert node.host[g] == -1 or rows.get(node.host[g]) is node, \
                 f"group {g}: a block in the tree holds host page {node.host[g]}, which holds another block"
+            has_page = node.pages[g] >= 0 or node.host[g] >= 0
+            # a full-attention group matches a block only through its ancestors: one whose ancestor lost its page
+            # on both levels can never be found, yet keeps its page counted (remove_subtree drops it with them)
+            assert not (full and has_page and not reachable), \
+                f"group {g}: block {node.tokens} keeps a page below an ancestor with none on either level"
+            stack.extend((child, reachable and (has_page or node.parent is None)) for child in node.children.values())
 
 
 def _chunk(group) -> int | None:

@@ -49,3 +49,29 @@ def test_an_offload_into_the_host_block_of_an_ancestor_evicts_cleanly():
     assert m.reset_prefix_cache()
     counts = m.get_block_counts()
     assert counts.free == counts.total and counts.in_use == 0
+
+
+def test_a_block_stored_again_while_its_copy_is_secondary_stays_on_one_tier():
+    """Found by the explorer's tier books (``_observe.check_levels``), configuration v1-full-tpb2-b4-reuse_on-ids-r2-h2:
+    two requests of one prompt, the first stored and released, its block offloaded, then the second stored the same
+    block: kvcm filed the second's GPU page beside the secondary copy, one block on both tiers. Upstream's
+    ``storeBlocks`` finds the (secondary) match and traverses it, so the second's page stays its own."""
+    from _observe import check_books
+
+    spec = ModelSpec((LayerSpec(1, 8, "bfloat16", model_layer=0),), name="full")
+    limits = dict(max_batch_size=8, max_seq_len=32, device="meta")
+    pool = dict(tokens_per_block=2, max_tokens=8)
+    probe = kvcm.create_kv_cache_manager("v1", spec, KvCacheConfig(**pool), **limits)
+    host = 2 * sum(g.bytes_per_block for g in probe.layer_groups)
+    m = kvcm.create_kv_cache_manager("v1", spec, KvCacheConfig(**pool, host_cache_size=host), **limits)
+    m.add_sequence("r0", [1, 1, 2])
+    m.add_sequence("r1", [1, 1, 2])            # no match yet
+    for rid in ("r1", "r0"):                  # r1 first: its blocks are stored before r0's context
+        m.begin_context_chunk(rid, 0, 3, 3)
+        m.end_context_chunk(rid, 3)
+        m.append_tokens(rid, [1])
+    m.free_resources("r1")
+    _admit(m, "r2", [5, 5, 6])                 # pushes r1's cached blocks down to the host tier
+    assert m.get_kv_cache_stats().offloaded_blocks >= 1
+    m.free_resources("r0")                    # r0 stores [1, 1]: the tree's copy is secondary
+    check_books(m)

@@ -33,6 +33,15 @@ def test_host_pool_is_the_floor_of_its_bytes_over_a_block_for_v1_and_v2(capsys):
     assert v2["host_blocks"] == v2["host_blocks_per_group"][0] and "secondary_offload_min_priority" not in v2
 
 
+def test_deepseek_v4_plans_no_host_tier_and_says_why(capsys):
+    """DeepSeek-V4 refuses host_cache_size (upstream's V4 offload is sparse history offload): the plan says so
+    rather than sizing a host level the manager would refuse."""
+    assert kvcm.cli.main(["plan", "--model", "deepseek-v4-flash", "--free-gib", "60", "-B", "4", "-S", "8192",
+                          "--kvcm-version", "v2", "--host-cache-size", "10", "--json"]) == 0
+    (tier,) = tiers(json.loads(capsys.readouterr().out)).values()
+    assert tier["modelled"] is False and "sparse history offload" in tier["why"]
+
+
 @pytest.mark.parametrize("scale, fits_gpu, fits_both", [(0.5, True, True), (2.0, False, True), (8.0, False, False)])
 def test_a_prefix_set_costs_recompute_without_the_tier_and_copies_with_it(capsys, scale, fits_gpu, fits_both):
     """A set half the GPU pool is free either way; twice the GPU pool (inside GPU + host) is recomputed every pass

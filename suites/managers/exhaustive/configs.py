@@ -25,8 +25,9 @@ CHUNKED = "full+chunked"          # a chunked-local group (Llama 4) beside a ful
 @dataclass(frozen=True)
 class Config:
     """One configuration. ``window`` is in blocks (tokens = window * tpb + ``window_offset``: an unaligned window
-    keeps a partial block), and so is the attention chunk of the chunked layout; ``ids``: requests are made with their token ids (``add_sequence``), else by their first
-    context chunk; ``draft``: the limits' ``max_draft_len`` (draft tokens decoded, fewer accepted)."""
+    keeps a partial block), and so is the attention chunk of the chunked layout; ``ids``: requests are made with
+    their token ids (``add_sequence``), else by their first context chunk; ``draft``: the limits'
+    ``max_draft_len`` (draft tokens decoded, fewer accepted)."""
 
     version: str                 # "v1", "v2" or "dsv4"
     layout: str                  # one of LAYOUTS or CHUNKED (DeepSeek-V4: its own three groups)
@@ -175,7 +176,9 @@ def v2_host_level_configs() -> list[Config]:
     """V2 with a host level of 2 pages a group: evicted pages fall to it, a hit migrates them back, the host evicts
     its own and drops what it cannot take; a full group alone, and with a sliding window beside it."""
     return [Config("v2", "full", 2, 4, "on", ids=True, host=2, max_states=3000),
-            Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000)]
+            Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000),
+            # retention priorities (V2 has no durations: no clock), so the host level's priority order is walked
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=2000)]
 
 
 def _v2_host_level(cfg: Config, limits: dict):

@@ -126,7 +126,7 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
     ops.append(("reset",))
     if cfg.host or cfg.retention:
         ops.append(("refresh",))
-    if cfg.retention and mgr.pools[0].clock() < MAX_TICKS:
+    if cfg.retention and hasattr(mgr.pools[0], "clock") and mgr.pools[0].clock() < MAX_TICKS:   # V1's clock
         ops.append(("tick",))
     return ops
 

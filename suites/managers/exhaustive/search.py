@@ -99,7 +99,7 @@ class Explorer:
         parts = [drv.dummies, orc.dummies, tuple((p.num_free, p.num_reusable) for p in mgr.pools)]
         if self.cfg.host:
             parts.append(tuple(mgr.get_host_block_counts(g) for g in range(len(mgr.pools))))
-        if self.cfg.retention:        # the clock and the timers still running, as time left and pages renamed
+        if self.cfg.retention and hasattr(mgr.pools[0], "clock"):   # V1: the clock and the timers still running
             now = mgr.pools[0].clock()
             parts.append(now)
             parts.append(tuple(tuple(sorted((expiry - now, name(g, page), pool.queue.key(page) == queue)
@@ -117,10 +117,17 @@ class Explorer:
                 unheld = sorted((n.stamps[g], n.serial) for n in cache.page_node[g].values() if n.refs[g] == 0)
                 order.append({serial: i for i, (_, serial) in enumerate(unheld)})
 
+            # the host tier: which blocks are there, in the host's eviction order (V2) or just there (V1)
+            host_keys = getattr(cache, "_host_key", None)
+            host_order = [{row: i for i, row in enumerate(sorted(keys, key=keys.get))} for keys in host_keys] \
+                if host_keys is not None else None
+
             def node(n):
                 kids = tuple(node(c) for _, c in sorted(n.children.items()))
+                host = tuple(None if h < 0 else (host_order[g].get(h) if host_order else True)
+                             for g, h in enumerate(n.host))
                 return (n.tokens, tuple((name(g, p), n.refs[g], order[g].get(n.serial)) for g, p in enumerate(n.pages)),
-                        n.priority if self.cfg.retention else None, kids)
+                        host, n.priority if self.cfg.retention else None, kids)
 
             parts.append(tuple((scope, node(root)) for scope, root in sorted(cache.tree.roots.items(), key=repr)))
         return hash(tuple(parts))
