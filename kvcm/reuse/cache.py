@@ -115,14 +115,19 @@ class ReuseCache:
         node.refs[g] = 0
         if free:
             self.policy.release_block(self.pools[g], page)
+        self._unlink_from_parent(node, g)
+        self._prune(node)
+        return page
+
+    def _unlink_from_parent(self, node, g: int) -> None:
+        """Node ``node`` gave up its page of group g: its parent has one child page fewer, and a cached parent
+        left with none and held by nobody becomes a leaf the eviction order may take."""
         parent = node.parent
         if parent is not None:
             parent.child_pages[g] -= 1
             if parent.parent is not None and parent.child_pages[g] == 0 and parent.pages[g] >= 0 \
                     and parent.refs[g] == 0:
                 self.queues[g].push(parent)
-        self._prune(node)
-        return page
 
     def _prune(self, node: Node) -> None:
         """Nodes with no page in any group and no children are unreachable for every group: drop them."""

@@ -135,12 +135,7 @@ class LeveledReuseCache(ReuseCache):
         node.pages[g] = -1
         node.host[g] = _PENDING
         self.policy.release_block(self.pools[g], page)
-        parent = node.parent
-        if parent is not None:
-            parent.child_pages[g] -= 1
-            if parent.parent is not None and parent.child_pages[g] == 0 and parent.pages[g] >= 0 \
-                    and parent.refs[g] == 0:
-                self.queues[g].push(parent)
+        self._unlink_from_parent(node, g)
         return page
 
     def _fall(self, g: int, fallen: list[tuple[Node, int]]) -> None:
