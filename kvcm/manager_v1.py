@@ -12,14 +12,14 @@ from .errors import OutOfPagesError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .free_queue import QueuedBlockPool
-from .reuse.policy import V1Policy
+from .reuse.version_rules import V1ReuseRules
 from .reuse.host_tier import TieredReuseCache, host_blocks
 from .reuse.queued_cache import QueuedReuseCache
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
     kvcm_version = "v1"
-    _reuse_policy = V1Policy()
+    _reuse_rules = V1ReuseRules()
     _pool_class = QueuedBlockPool    # upstream's free queue: ids and eviction order as BlockManagerReuseTest pins
     _cache_class = QueuedReuseCache
     _host_tier = True
@@ -30,7 +30,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
         n = host_blocks(cfg.host_cache_size, sum(g.bytes_per_block for g in self.layer_groups))
         if n == 0:
             return super()._make_reuse_cache()
-        return TieredReuseCache(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups),
+        return TieredReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
                                 num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
                                 offload_min_priority=cfg.offload_min_priority, policy=self.policy)
 

@@ -17,13 +17,13 @@ from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .reuse.host_level import LeveledReuseCache, host_level_blocks
-from .reuse.policy import V2Policy
+from .reuse.version_rules import V2ReuseRules
 from .storage_quota import plan_storage
 
 
 class KVCacheManagerV2(BaseKVCacheManager):
     kvcm_version = "v2"
-    _reuse_policy = V2Policy()
+    _reuse_rules = V2ReuseRules()
     _host_tier = True
 
     def _make_reuse_cache(self):
@@ -32,7 +32,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
         counts = host_level_blocks(self.kv_cache_config.host_cache_size, self.pools)
         if not any(counts):
             return super()._make_reuse_cache()
-        return LeveledReuseCache(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups),
+        return LeveledReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
                                  num_host_blocks=counts, policy=self.policy)
 
     # ---- constraints and sizing -----------------------------------------------------------------------------

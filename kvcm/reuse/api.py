@@ -2,7 +2,7 @@
 
 A request reuses only when it is made with ``add_sequence`` and its token ids: every other request (made by a
 context chunk, ``add_request`` or a warmup dummy) is never matched or stored, so an engine that never passes
-token ids sees the managers exactly as they were. The version's choices come from ``_reuse_policy``.
+token ids sees the managers exactly as they were. The version's choices come from ``_reuse_rules``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .. import validation
 from ..errors import ConfigError, OutOfPagesError
 from ..units import ceil_div
 from .cache import ReuseCache
-from .policy import find_match, store
+from .version_rules import find_match, store
 from .retention import DEFAULT_RETENTION_PRIORITY, KvCacheRetentionConfig
 from .state import ReuseState
 from .stats import BlockCounts, KvCacheStats, LevelStatistics, ReuseCounters, RequestReuseStats
@@ -55,7 +55,7 @@ def _scope(lora_task_id, cache_salt) -> tuple:
 
 
 class ReuseMixin:
-    _reuse_policy = None          # set by each version
+    _reuse_rules = None          # set by each version
     _cache_class = ReuseCache     # V1: QueuedReuseCache, over its queued pools
 
     _host_tier = False            # V1: TensorRT-LLM's secondary pool (host_tier.py); V2: its host level (host_level.py)
@@ -75,7 +75,7 @@ class ReuseMixin:
 
     def _make_reuse_cache(self):
         """The version's reuse cache over its pools (V1 adds its host tier here when it has one)."""
-        return self._cache_class(self.pools, self.layer_groups, self._reuse_policy.leaf_only(self.layer_groups),
+        return self._cache_class(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
                                  policy=self.policy)
 
     @property
@@ -156,12 +156,12 @@ class ReuseMixin:
         cfg = self.kv_cache_config
         lookup = tokens[:self.policy.lookup_length(len(tokens))]
         return find_match(self._reuse, self._reuse.tree.root(state.scope), lookup, self.tokens_per_block,
-                          self.layer_groups, self._reuse_policy, partial=self.enable_partial_reuse,
+                          self.layer_groups, self._reuse_rules, partial=self.enable_partial_reuse,
                           copy_on_partial_reuse=cfg.copy_on_partial_reuse)
 
     def _take(self, request_id, match, state: ReuseState) -> list[list[int]]:
         """Claim the match's pages (and copy or take over the partial block): checked first, then done."""
-        cache, policy, tpb = self._reuse, self._reuse_policy, self.tokens_per_block
+        cache, rules, tpb = self._reuse, self._reuse_rules, self.tokens_per_block
         length = match.length(tpb)
         plans, needs = [], []
         for group, pool in zip(self.layer_groups, self.pools):
@@ -192,7 +192,7 @@ class ReuseMixin:
                 else:
                     table[i] = -2                # a fresh page, below
             tables.append(table)
-        policy.retain_claimed(match.nodes, state, tpb, self.policy)
+        rules.retain_claimed(match.nodes, state, tpb, self.policy)
         source = match.partial
         if source is not None and match.in_place:      # the block keeps its priority unless a range sets one
             i = len(match.nodes)
@@ -217,8 +217,8 @@ class ReuseMixin:
         return tables
 
     def _skipped(self, group, length: int, n: int) -> range:
-        """The indices below ``n`` of a ``length``-token match that ``group`` leaves alone (``policy.skipped``)."""
-        r = self._reuse_policy.skipped(group, length, self.tokens_per_block)
+        """The indices below ``n`` of a ``length``-token match that ``group`` leaves alone (the version rules' ``skipped``)."""
+        r = self._reuse_rules.skipped(group, length, self.tokens_per_block)
         return range(min(r.start, n), min(r.stop, n))
 
     def _copy_rows(self, g: int, src: int, dst: int, n: int) -> None:
@@ -252,9 +252,9 @@ class ReuseMixin:
     def _store(self, seq, upto: int, when: str, *, partial: bool) -> None:
         if self._reuse is None or upto <= 0:
             return
-        policy = self._reuse_policy
-        store(self._reuse, seq.reuse, seq.blocks, upto, policy.store_groups(self.layer_groups, when),
-              partial=partial, rebase=policy.rebase, tpb=self.tokens_per_block)
+        rules = self._reuse_rules
+        store(self._reuse, seq.reuse, seq.blocks, upto, rules.store_groups(self.layer_groups, when),
+              partial=partial, rebase=rules.rebase, tpb=self.tokens_per_block)
 
     def _free_reuse(self, seq) -> None:
         """Give back a request made with token ids: tree pages lose a reference, private pages go free."""

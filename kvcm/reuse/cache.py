@@ -4,7 +4,7 @@ A page is either private (one request's, never in the tree) or a tree page (foun
 held by ``refs`` requests. A tree page nobody holds is *reusable*: out of its pool's free list, counted in
 ``pool.num_reusable`` and evicted (``evict``) when an allocation needs it. Every page leaves for its pool through
 the manager policy's ``release_block`` (``kvcm.policy``, given at construction). The per-version choices (what a
-match may take, when blocks are stored) are the version's reuse policy's (``kvcm.reuse.policy``); this module only
+match may take, when blocks are stored) are the version's reuse policy's (``kvcm.reuse.version_rules``); this module only
 keeps the books.
 """
 

@@ -26,9 +26,8 @@ module defines them. A new module needs nothing else::
 A built-in defect replaces decisions of ``kvcm.policy`` and nothing else (``suites/plugin/test_defect_policies.py``):
 a rule by a function of the same arguments, a setting by a value. Where the decision a bug lived in is not one yet,
 make it one there (a named rule, or a setting the code branches on), asked by the code that makes it through the
-policy it was built with, rather than patching a private method or restating its body. A defect in the old
-spelling, ``def d(mp): seams.replace(mp, "NAME", fn)``, is read once with a recorder and becomes the same policy
-(``kvcm/seams.py`` patches nothing); one that sets anything else stays a patch, which the test above refuses.
+policy it was built with, rather than patching a private method or restating its body. A function of one argument
+is a patch of a ``pytest.MonkeyPatch``, which the test above refuses for a built-in defect.
 
 ``catchers`` are node-id prefixes; ``kvcm sensitivity`` runs just those (fast mode) and fails unless each
 defect is caught by at least two tests. Users register defects of their own from a plugin or ``conftest.py``

@@ -44,53 +44,15 @@ class Defect:
         return kvcm.policy.resolve(base).replacing(**self.replaces)
 
 
-class _NotOnlyDecisions(Exception):
-    pass
-
-
-class _Recorder:
-    """What a defect written the old way (``def d(mp): seams.replace(mp, NAME, fn)``) is called with once: it
-    records the decisions ``kvcm.seams.replace`` names, and anything else the defect asks of it (a ``setattr``, an
-    environment variable) makes the defect a patch after all. A zero-argument function given for a setting (the
-    old spelling of a flag, ``lambda: False``) stands for its value."""
-
-    def __init__(self):
-        self.replaced: dict[str, object] = {}
-
-    def replace_decision(self, name: str, fn) -> None:
-        decision = kvcm.policy.DECISIONS.get(name)
-        if decision is not None and decision.kind == "setting" and callable(fn) \
-                and not inspect.signature(fn).parameters:
-            fn = fn()
-        self.replaced[name] = fn
-
-    def __getattr__(self, name):
-        raise _NotOnlyDecisions(name)
-
-
-def _as_replacements(patch: Callable) -> dict | None:
-    """The decisions a patch written as ``seams.replace`` calls replaces, or None where it patches anything else."""
-    recorder = _Recorder()
-    try:
-        patch(recorder)
-    except _NotOnlyDecisions:
-        return None
-    return recorder.replaced or None
-
-
 def defect(name: str, *, story: str, upstream: str, catchers=()) -> Callable[[Callable], Defect]:
-    """Decorator: the function becomes a registered ``Defect`` of its module. A function of no arguments returns
-    the decisions it replaces (``{"lookup_length": lambda num_tokens: num_tokens}``), called once here. A function
-    of one is read the old way, once, with a recorder: ``kvcm.seams.replace(mp, NAME, fn)`` calls and nothing else
-    make it that policy; anything else makes it a patch of a ``pytest.MonkeyPatch`` (a built-in defect is always a
-    policy: ``suites/plugin/test_defect_policies.py``)."""
+    """Decorator: the function becomes a registered ``Defect`` of its module. A built-in defect is a function of
+    no arguments returning the decisions it replaces (``{"lookup_length": lambda num_tokens: num_tokens}``), called
+    once here; a function of one argument is a patch of a ``pytest.MonkeyPatch`` (a user's adapter: a built-in
+    defect is always a policy, ``suites/plugin/test_defect_policies.py``)."""
 
     def wrap(fn: Callable) -> Defect:
         if not inspect.signature(fn).parameters:
             return Defect(name, story, None, upstream, tuple(catchers), replaces=dict(fn()))
-        replaces = _as_replacements(fn)
-        if replaces is not None:
-            return Defect(name, story, None, upstream, tuple(catchers), replaces=replaces)
         return Defect(name, story, fn, upstream, tuple(catchers))
 
     return wrap

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from kvcm import seams
 from kvcm.units import ceil_div
 
 from ._registry import defect
@@ -21,6 +20,6 @@ from ._registry import defect
                   "[v2-full+chunked-tpb2-b4-reuse_off-ids-r2]",
                   "suites/engine/test_llama4_chunked.py::test_tiny_llama4_matches_hf",
                   "suites/engine/test_llama4_chunked.py::test_v2_gives_back_the_pages_of_each_chunk_left"))
-def chunk_trimmed_by_padded_length(mp):
-    seams.replace(mp, "chunk_first_token",
-                  lambda history, chunk, page_size: ceil_div(history + 1, page_size) * page_size // chunk * chunk)
+def chunk_trimmed_by_padded_length():
+    return {"chunk_first_token":
+            lambda history, chunk, page_size: ceil_div(history + 1, page_size) * page_size // chunk * chunk}

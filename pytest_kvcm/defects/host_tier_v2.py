@@ -1,5 +1,5 @@
 """The field's offload bugs, put back into V2's host level (``kvcm/reuse/host_level.py``, TensorRT-LLM
-KVCacheManagerV2's cache levels) through its seams: pages onboarded while being evicted, host blocks counted
+KVCacheManagerV2's cache levels) through its policy decisions: pages onboarded while being evicted, host blocks counted
 twice, priorities lost on the way down, and blocks left behind by a drop at the last level.
 
 Each is caught at two levels at least: the ported upstream cases (``suites/conformance/test_v2_host_tier.py``) and
@@ -17,12 +17,6 @@ _EXPLORER = ("suites/managers/exhaustive/test_exhaustive.py::"
              "test_explorer_finds_no_violation[v2-full-tpb2-b4-reuse_on-ids-r2-h2]")
 
 
-def _seams():
-    from kvcm import seams
-
-    return seams
-
-
 @defect("v2-onboard-source-evicted", upstream="SGLang PR #27631 (a re-entrant evict_host freed pages being loaded: "
         "load_back NoneType); TensorRT-LLM kv_cache_manager_v2 _page.py batched_lock_to_gpu excludes the pages from "
         "eviction before prepare_free_slots",
@@ -30,8 +24,8 @@ def _seams():
               "and the host evicted the very page being migrated: the hit read a freed slot",
         catchers=(_MGR + "test_a_page_being_migrated_back_is_never_the_hosts_victim",
                   _CONF + "test_hits_served_from_a_full_host_are_attributed_to_host"))
-def v2_onboard_source_evicted(mp):
-    _seams().replace(mp, "onboard_source_protected", lambda: False)
+def v2_onboard_source_evicted():
+    return {"onboard_source_protected": False}
 
 
 @defect("v2-offload-loses-priority", upstream="TensorRT-LLM kv_cache_manager_v2 _storage_manager.py _batched_migrate "
@@ -41,8 +35,8 @@ def v2_onboard_source_evicted(mp):
               "long-kept system prompt was dropped before one-off answers",
         catchers=(_CONF + "test_an_offloaded_page_keeps_its_priority_on_the_host_level",
                   _MGR + "test_the_host_level_evicts_its_lowest_priority_first"))
-def v2_offload_loses_priority(mp):
-    _seams().replace(mp, "offload_keeps_priority", lambda: False)     # at the default priority, 35
+def v2_offload_loses_priority():
+    return {"offload_keeps_priority": False}     # at the default priority, 35
 
 
 @defect("v2-stored-block-on-both-levels", upstream="TensorRT-LLM kv_cache_manager_v2 _block_radix_tree.py "
@@ -52,8 +46,8 @@ def v2_offload_loses_priority(mp):
               "host one: the block counted on both levels, and the host page was never freed with it",
         catchers=(_MGR + "test_a_block_committed_again_while_its_copy_is_on_the_host_stays_on_one_level",
                   _CONF + "test_a_block_holds_one_page_whatever_its_level", _EXPLORER))
-def v2_stored_block_on_both_levels(mp):
-    _seams().replace(mp, "store_beside_host_copy", lambda: True)
+def v2_stored_block_on_both_levels():
+    return {"store_beside_host_copy": True}
 
 
 @defect("v2-host-drop-keeps-descendants", upstream="TensorRT-LLM kv_cache_manager_v2 _block_radix_tree.py "
@@ -63,8 +57,8 @@ def v2_stored_block_on_both_levels(mp):
               "and counted as cached until the LRU found them",
         catchers=(_MGR + "test_a_dropped_full_attention_block_takes_its_descendants_from_the_host",
                   _CONF + "test_tip_with_no_live_page_anywhere_is_pruned"))
-def v2_host_drop_keeps_descendants(mp):
-    _seams().replace(mp, "host_drop_takes_descendants", lambda: False)
+def v2_host_drop_keeps_descendants():
+    return {"host_drop_takes_descendants": False}
 
 
 @defect("v2-offload-counted-on-both-levels", upstream="TensorRT-LLM PR #12834 / PR #12297 (issue #11879: free > max, "
@@ -73,5 +67,5 @@ def v2_host_drop_keeps_descendants(mp):
               "counts no longer added up to its pool",
         catchers=(_MGR + "test_offloads_keep_each_level_counted_once",
                   _CONF + "test_offload_is_recorded_for_every_life_cycle"))
-def v2_offload_counted_on_both_levels(mp):
-    _seams().replace(mp, "tier_counts_after_offload", lambda gpu, host: (gpu, host + 1))
+def v2_offload_counted_on_both_levels():
+    return {"tier_counts_after_offload": lambda gpu, host: (gpu, host + 1)}

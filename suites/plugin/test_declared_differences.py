@@ -108,7 +108,7 @@ class Private(KvcmV2Target):
 
     def _build(self, spec):
         manager = super()._build(spec)
-        manager._reuse_policy = type("NoRebase", (type(manager._reuse_policy),), {"rebase": False})()
+        manager._reuse_rules = type("NoRebase", (type(manager._reuse_rules),), {"rebase": False})()
         return manager
 
 

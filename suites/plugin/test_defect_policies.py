@@ -111,27 +111,3 @@ def test_an_applied_policy_is_what_a_manager_built_inside_takes():
     outside = create_kv_cache_manager("v2", kvcm.load_spec("llama-3-8b"), cfg, max_batch_size=4, max_seq_len=64,
                                       device="meta")
     assert inside.policy is p and outside.policy is kvcm.policy.DEFAULT
-
-
-def test_a_defect_in_the_old_spelling_is_read_as_the_policy_it_names():
-    """``def d(mp): seams.replace(mp, NAME, fn)`` (how defects were written against the removed patch hub) is
-    called once with a recorder and becomes a policy; a zero-argument function given for a setting is its value.
-    A defect that sets anything else stays a patch; ``kvcm.seams.replace`` given a real monkeypatch refuses."""
-    from kvcm import seams
-    from pytest_kvcm.defects import defect
-
-    @defect("old-spelling", story="a flag and a rule", upstream="here")
-    def old(mp):
-        seams.replace(mp, "evict_with_descendants", lambda: False)
-        seams.replace(mp, "lookup_length", lambda num_tokens: num_tokens)
-
-    assert old.patch is None and old.replaces["evict_with_descendants"] is False
-    assert old.policy().lookup_length(5) == 5
-
-    @defect("a-patch", story="sets an attribute", upstream="here")
-    def patcher(mp):
-        mp.setattr(kvcm.KVCacheManagerV2, "_clamp", None)
-
-    assert patcher.patch is not None and not patcher.replaces
-    with pytest.raises(TypeError, match="patches nothing"):
-        seams.replace(pytest.MonkeyPatch(), "lookup_length", lambda num_tokens: num_tokens)

@@ -1,6 +1,7 @@
 """What each version matches and stores (docs/semantics.md 11): TensorRT-LLM V1's ``WindowBlockManager`` and
 V2's ``_KVCache`` with its wrapper differ in the partial block, in what a match needs and in when blocks become
-reusable. The cache (``kvcm.reuse.cache``) keeps the books; a policy decides.
+reusable. The cache (``kvcm.reuse.cache``) keeps the books; these rules, one class a version, decide (the decisions a
+historic bug lived in are ``kvcm.policy``'s).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _leading(nodes: list[Node], g: int, n: int) -> int:
     return n
 
 
-class V1Policy:
+class V1ReuseRules:
     """TensorRT-LLM V1: every group (window) keeps every block, so a match needs each block's page in every
     group; the groups' lengths are combined by the manager policy's ``window_reuse_length`` (the minimum, PR
     #10875). A partial
@@ -94,7 +95,7 @@ class V1Policy:
         return [g.index for g in groups if g.is_full]
 
 
-class V2Policy:
+class V2ReuseRules:
     """TensorRT-LLM V2: a match keeps the blocks for which every full group has a page and, in each sliding
     group, the pages of the window at the final length (to a fixed point: a shorter match moves the window).
     The partial block is always copied. The wrapper commits prompt tokens only; a committed block that is
