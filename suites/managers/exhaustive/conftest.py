@@ -1,5 +1,9 @@
 """The explorer's runs: every selected configuration searched once a session, in a pool of processes (one per
-core), and one line per configuration in the terminal summary (``... N distinct states ...``)."""
+core), and one line per configuration in the terminal summary (``... N distinct states ...``).
+
+Under pytest-xdist (``-n 2 --dist loadgroup``, as ``.ci/run`` runs the suite) every explorer test is in one
+group, so one worker searches every configuration once while the others run the rest of the suite; that worker
+hands its lines to the controller (``workeroutput``), which prints them as a plain run does."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from .configs import Config
 from .search import Explorer, Report
 
 _REPORTS: dict[Config, Report] = {}
+_WORKER_LINES: list[dict] = []      # the controller's copy of what xdist workers searched
+_GROUP = pytest.mark.xdist_group("kvcm-exhaustive")
 
 
 def _search(job: tuple[Config, float]) -> Report:
@@ -22,11 +28,12 @@ def _search(job: tuple[Config, float]) -> Report:
 def pytest_collection_modifyitems(config, items):
     """The deep run only when asked for by name: it is tens of minutes on a CPU, too long for the slow set that
     CI runs (``-m slow``)."""
-    if config.getoption("kvcm_exhaustive_deep"):
-        return
+    deep = config.getoption("kvcm_exhaustive_deep")
     skip = pytest.mark.skip(reason="the explorer's deep run (tens of minutes on a CPU): --kvcm-exhaustive-deep runs it")
     for item in items:      # every collected item passes here, README code blocks (no ``originalname``) too
-        if getattr(item, "originalname", None) == "test_deep_explorer_finds_no_violation":
+        if "exhaustive_reports" in getattr(item, "fixturenames", ()):
+            item.add_marker(_GROUP)
+        if not deep and getattr(item, "originalname", None) == "test_deep_explorer_finds_no_violation":
             item.add_marker(skip)
 
 
@@ -63,15 +70,30 @@ def exhaustive_reports(request) -> dict[Config, Report]:
     return run_configs(_selected(request.session), request.config.getoption("kvcm_exhaustive_scale"))
 
 
+def _summaries() -> list[dict]:
+    return [{"line": r.line(), "states": r.states, "seconds": r.seconds, "cpu": r.cpu_seconds,
+             "violations": len(r.violations)} for r in _REPORTS.values()]
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)      # set on an xdist worker only
+    if workeroutput is not None and _REPORTS:
+        workeroutput["kvcm_exhaustive"] = _summaries()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _WORKER_LINES.extend(getattr(node, "workeroutput", {}).get("kvcm_exhaustive", ()))
+
+
 def pytest_terminal_summary(terminalreporter):
-    if not _REPORTS:
+    rows = _summaries() + _WORKER_LINES
+    if not rows:
         return
     terminalreporter.section("exhaustive explorer")
-    for report in _REPORTS.values():
-        terminalreporter.write_line(report.line())
-    total = sum(r.states for r in _REPORTS.values())
-    seconds = sum(r.seconds for r in _REPORTS.values())
-    cpu = sum(r.cpu_seconds for r in _REPORTS.values())
-    terminalreporter.write_line(f"exhaustive: {len(_REPORTS)} configurations, {total} distinct states, "
-                                f"{sum(len(r.violations) for r in _REPORTS.values())} violations, {seconds:.0f} s "
-                                f"of search ({cpu:.0f} s CPU) over {min(len(_REPORTS), os.cpu_count() or 1)} processes")
+    for row in rows:
+        terminalreporter.write_line(row["line"])
+    terminalreporter.write_line(f"exhaustive: {len(rows)} configurations, {sum(r['states'] for r in rows)} distinct "
+                                f"states, {sum(r['violations'] for r in rows)} violations, "
+                                f"{sum(r['seconds'] for r in rows):.0f} s of search ({sum(r['cpu'] for r in rows):.0f} "
+                                f"s CPU) over {min(len(rows), os.cpu_count() or 1)} processes")
