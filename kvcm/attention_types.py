@@ -1,7 +1,7 @@
 """Attention types: what a layer reads of its past, and so which of a request's pages it still needs.
 
 A layer group asks its type, never ``window is None``: the type owns the arithmetic of one life cycle at a page
-size of ``page_size`` tokens (``tokens_per_block``): the oldest token the in-flight query still reads
+size of ``tokens_per_block`` tokens: the oldest token the in-flight query still reads
 (``first_live_token``), the pages below it that may be released and that a block-reuse match may leave out
 (``stale_range``), the pages a request of some length needs (``pages_needed``) and the most one request can hold
 (``max_pages``, for bounded types). V2 releases stale pages and its reuse skips them; V1 keeps every page.
@@ -60,16 +60,16 @@ class AttentionType:
         """The oldest token the query at position ``history`` (the in-flight token) reads."""
         return 0
 
-    def stale_range(self, history: int, page_size: int) -> tuple[int, int]:
+    def stale_range(self, history: int, tokens_per_block: int) -> tuple[int, int]:
         """Logical pages ``[lo, hi)`` no future query reads at this history (empty when nothing is stale)."""
         return 0, 0
 
-    def pages_needed(self, capacity: int, history: int, page_size: int) -> int:
+    def pages_needed(self, capacity: int, history: int, tokens_per_block: int) -> int:
         """Pages a request of ``capacity`` slots holds at this history: all of them less the stale ones."""
-        lo, hi = self.stale_range(history, page_size)
-        return ceil_div(capacity, page_size) - (hi - lo)
+        lo, hi = self.stale_range(history, tokens_per_block)
+        return ceil_div(capacity, tokens_per_block) - (hi - lo)
 
-    def max_pages(self, page_size: int) -> int:
+    def max_pages(self, tokens_per_block: int) -> int:
         """Most pages one request can hold in this group, one batch in flight (bounded types only)."""
         raise ValueError(f"a {self.kind}-attention group holds a request's every page: it has no bound")
 
@@ -99,18 +99,18 @@ class SlidingWindow(AttentionType):
         """Sinks aside: no Hugging Face model the engine runs has them."""
         return positions + 1 - self.window_tokens
 
-    def sink_pages(self, page_size: int) -> int:
-        return ceil_div(self.sink_tokens, page_size)
+    def sink_pages(self, tokens_per_block: int) -> int:
+        return ceil_div(self.sink_tokens, tokens_per_block)
 
     def first_live_token(self, history: int) -> int:
         return max(0, self.policy.window_first_token(history, self.window_tokens))
 
-    def stale_range(self, history: int, page_size: int) -> tuple[int, int]:
-        lo = min(ceil_div(history, page_size), self.sink_pages(page_size))
-        return lo, max(lo, self.policy.window_first_token(history, self.window_tokens) // page_size)
+    def stale_range(self, history: int, tokens_per_block: int) -> tuple[int, int]:
+        lo = min(ceil_div(history, tokens_per_block), self.sink_pages(tokens_per_block))
+        return lo, max(lo, self.policy.window_first_token(history, self.window_tokens) // tokens_per_block)
 
-    def max_pages(self, page_size: int) -> int:
-        return self.policy.window_bound_blocks(self.window_tokens, page_size) + self.sink_pages(page_size)
+    def max_pages(self, tokens_per_block: int) -> int:
+        return self.policy.window_bound_blocks(self.window_tokens, tokens_per_block) + self.sink_pages(tokens_per_block)
 
     def label(self) -> str:
         return f"window{self.window_tokens}"
@@ -133,18 +133,18 @@ class ChunkedLocal(AttentionType):
         query ``q`` when ``k // chunk == q // chunk``."""
         return positions // self.chunk * self.chunk
 
-    def first_live_token(self, history: int, page_size: int = 1) -> int:
-        return self.policy.chunk_first_token(history, self.chunk, page_size)
+    def first_live_token(self, history: int, tokens_per_block: int = 1) -> int:
+        return self.policy.chunk_first_token(history, self.chunk, tokens_per_block)
 
-    def stale_range(self, history: int, page_size: int) -> tuple[int, int]:
-        return 0, self.first_live_token(history, page_size) // page_size
+    def stale_range(self, history: int, tokens_per_block: int) -> tuple[int, int]:
+        return 0, self.first_live_token(history, tokens_per_block) // tokens_per_block
 
-    def max_pages(self, page_size: int) -> int:
+    def max_pages(self, tokens_per_block: int) -> int:
         """The pages of one whole chunk at its worst alignment to the pages (a chunk starts at a multiple of
-        ``chunk``, so ``chunk % page_size`` decides the offsets), plus the in-flight token's page."""
-        step = math.gcd(self.chunk, page_size)
-        worst = max(ceil_div(offset + self.chunk, page_size) for offset in range(0, page_size, step)
-                    if offset == 0 or self.chunk % page_size)
+        ``chunk``, so ``chunk % tokens_per_block`` decides the offsets), plus the in-flight token's page."""
+        step = math.gcd(self.chunk, tokens_per_block)
+        worst = max(ceil_div(offset + self.chunk, tokens_per_block) for offset in range(0, tokens_per_block, step)
+                    if offset == 0 or self.chunk % tokens_per_block)
         return worst + 1
 
     def label(self) -> str:

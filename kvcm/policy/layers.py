@@ -36,5 +36,5 @@ class LayerDecisions(Decisions):
     @rule("the first token of the chunk a chunked-local query reads at this history: the in-flight token's own "
           "chunk (vLLM ChunkedLocalAttentionManager.get_num_skipped_tokens: n // chunk * chunk); mlx-lm PR #1673: "
           "Llama 4's ChunkedKVCache trimmed by its padded buffer length and dropped the current chunk's live tokens")
-    def chunk_first_token(history: int, chunk: int, page_size: int) -> int:
+    def chunk_first_token(history: int, chunk: int, tokens_per_block: int) -> int:
         return history // chunk * chunk

@@ -22,4 +22,5 @@ from ._registry import defect
                   "suites/engine/test_llama4_chunked.py::test_v2_gives_back_the_pages_of_each_chunk_left"))
 def chunk_trimmed_by_padded_length():
     return {"chunk_first_token":
-            lambda history, chunk, page_size: ceil_div(history + 1, page_size) * page_size // chunk * chunk}
+            lambda history, chunk, tokens_per_block:
+            ceil_div(history + 1, tokens_per_block) * tokens_per_block // chunk * chunk}
