@@ -8,6 +8,7 @@ pytester drops modules first imported inside a run, and importing torch a second
 import os
 import sys
 
+import pytest
 import torch  # noqa: F401
 
 import kvcm
@@ -30,3 +31,21 @@ def pytest_configure(config):
         scripts = os.path.dirname(sys.executable)
         if scripts not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+
+
+_WORKER_SECTIONS: dict[str, list[str]] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """An xdist worker's summary sections (``workeroutput["kvcm_sections"]``, title -> lines: the explorer's
+    ``... N distinct states ...`` lines), kept for the controller's summary: a worker's terminal is not shown."""
+    for title, lines in getattr(node, "workeroutput", {}).get("kvcm_sections", {}).items():
+        _WORKER_SECTIONS.setdefault(title, []).extend(lines)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for title, lines in _WORKER_SECTIONS.items():
+        terminalreporter.section(title)
+        for line in lines:
+            terminalreporter.write_line(line)

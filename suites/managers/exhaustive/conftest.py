@@ -3,7 +3,8 @@ core), and one line per configuration in the terminal summary (``... N distinct 
 
 Under pytest-xdist (``-n 2 --dist loadfile``, as ``.ci/run`` runs the suite) every test of ``test_exhaustive.py``
 goes to one worker, which searches every configuration once while the others run the rest of the suite; it hands
-its lines to the controller (``workeroutput``), which prints them as a plain run does. (``--dist loadgroup`` with
+its lines to the controller (``workeroutput``), where the root ``conftest.py`` prints them as a plain run does (the
+controller collects nothing, so it never loads this file). (``--dist loadgroup`` with
 an ``xdist_group`` mark would say the same, but with pytest 9 and xdist 3.8 its tests still spread over workers.)"""
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from .configs import Config
 from .search import Explorer, Report
 
 _REPORTS: dict[Config, Report] = {}
-_WORKER_LINES: list[dict] = []      # the controller's copy of what xdist workers searched
 
 
 def _search(job: tuple[Config, float]) -> Report:
@@ -69,30 +69,25 @@ def exhaustive_reports(request) -> dict[Config, Report]:
     return run_configs(_selected(request.session), request.config.getoption("kvcm_exhaustive_scale"))
 
 
-def _summaries() -> list[dict]:
-    return [{"line": r.line(), "states": r.states, "seconds": r.seconds, "cpu": r.cpu_seconds,
-             "violations": len(r.violations)} for r in _REPORTS.values()]
+def _lines() -> list[str]:
+    reports = list(_REPORTS.values())
+    if not reports:
+        return []
+    return [r.line() for r in reports] + [
+        f"exhaustive: {len(reports)} configurations, {sum(r.states for r in reports)} distinct states, "
+        f"{sum(len(r.violations) for r in reports)} violations, {sum(r.seconds for r in reports):.0f} s of search "
+        f"({sum(r.cpu_seconds for r in reports):.0f} s CPU) over {min(len(reports), os.cpu_count() or 1)} processes"]
 
 
 def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)      # set on an xdist worker only
-    if workeroutput is not None and _REPORTS:
-        workeroutput["kvcm_exhaustive"] = _summaries()
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error):
-    _WORKER_LINES.extend(getattr(node, "workeroutput", {}).get("kvcm_exhaustive", ()))
+    if workeroutput is not None and _REPORTS:      # the root conftest prints it on the controller
+        workeroutput.setdefault("kvcm_sections", {})["exhaustive explorer"] = _lines()
 
 
 def pytest_terminal_summary(terminalreporter):
-    rows = _summaries() + _WORKER_LINES
-    if not rows:
-        return
-    terminalreporter.section("exhaustive explorer")
-    for row in rows:
-        terminalreporter.write_line(row["line"])
-    terminalreporter.write_line(f"exhaustive: {len(rows)} configurations, {sum(r['states'] for r in rows)} distinct "
-                                f"states, {sum(r['violations'] for r in rows)} violations, "
-                                f"{sum(r['seconds'] for r in rows):.0f} s of search ({sum(r['cpu'] for r in rows):.0f} "
-                                f"s CPU) over {min(len(rows), os.cpu_count() or 1)} processes")
+    lines = _lines()
+    if lines:
+        terminalreporter.section("exhaustive explorer")
+        for line in lines:
+            terminalreporter.write_line(line)
