@@ -35,6 +35,7 @@ MARKERS = [
     "cpu_only: runs on the CPU on every machine; skipped by --kvcm-gpu-only",
     "accuracy: an accuracy gate (model outputs scored against a reference)",
     "slow: takes more than a few seconds on a CPU",
+    "post_merge: deep work that belongs to the post-merge lane, not the five-minute pre-merge run",
     "exhaustive: the bounded exhaustive explorer of the managers (suites/managers/exhaustive; in the default run, "
     "its deep configurations also marked slow)",
     "kvcm_versions(*versions): restrict a kvcm_version-parametrized test to these manager versions",
