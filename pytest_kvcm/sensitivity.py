@@ -13,7 +13,14 @@ The contract suites run on the managers ``--target`` names (``--kvcm-target`` of
 targets the defect names (``registry.register(..., targets=("mine",))``: a user's adapter bug is run against the
 user's adapter), else on the session's (the ``kvcm_target`` ini value, else kvcm's defaults).
 
-Exits non-zero when a clean run fails or any defect is caught by fewer tests than required. Every input is
+A catch is a failed check: a test counts as a catcher only when it *failed* (JUnit ``failure``); one that errored
+(set-up, import, a worker that could not be handed the defect, a time-out) is reported as *broken* and counted
+for nothing, so a defect whose catchers errored is not caught (``junit_outcomes.py``). A defect whose catchers a
+declared difference of the adapter skipped or relaxed says so. Without ``--defect``, the defects whose catchers
+are not here are left out with one line (the built-in catalogue's are the project's own suites, which a wheel does
+not ship): a maintainer's directory runs the maintainer's own defects.
+
+Exits non-zero when a clean run fails or errors, or any defect is caught by fewer failed tests than required. Every input is
 checked before the first run (``check_inputs``): the options, ``KVCM_SENSITIVITY_JOBS`` and ``PYTEST_ADDOPTS``,
 the ``--json`` path, and, in the one pytest process that lists the defects, the lane, the targets and the
 ``--pytest-args`` (pytest's own usage error for them). Bad input exits 2 with one line on stderr.
@@ -21,6 +28,7 @@ the ``--json`` path, and, in the one pytest process that lists the defects, the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import os
@@ -28,10 +36,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from . import junit_outcomes
+from .junit_outcomes import ID_PROPERTY
 from .loading import plugin_args
 from .paths import output_problem, write_atomically
 
@@ -105,9 +114,6 @@ def _is_report(path: Path) -> bool:
     return isinstance(data, dict) and {"mode", "clean", "defects"} <= set(data)
 
 
-ID_PROPERTY = "kvcm_id"
-
-
 def pytest_itemcollected(item) -> None:
     """In sensitivity's own runs (``-p pytest_kvcm.sensitivity``): each test's id by its module, recorded in the
     JUnit report. JUnit's classname comes from the node id, which names the file from the rootdir: a venv inside
@@ -117,21 +123,6 @@ def pytest_itemcollected(item) -> None:
     if module:
         rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
         item.user_properties.append((ID_PROPERTY, f"{module}::{rest}"))
-
-
-def failed_tests(junit_path: Path) -> tuple[int, list[str]]:
-    """(tests run, ids of failed or errored tests) from a JUnit XML report: ``module::test[params]``."""
-    if not junit_path.exists():
-        return 0, []
-    root = ET.parse(junit_path).getroot()
-    total, failed = 0, []
-    for case in root.iter("testcase"):
-        total += 1
-        if case.find("failure") is not None or case.find("error") is not None:
-            named = case.find(f"properties/property[@name='{ID_PROPERTY}']")
-            failed.append(named.get("value") if named is not None
-                          else f"{case.get('classname', '')}::{case.get('name', '')}")
-    return total, failed
 
 
 def registered_defects(lane: str | None = None, target: str | None = None, extra: list[str] = ()) -> dict[str, dict]:
@@ -166,8 +157,7 @@ def run_lane(lane: str, defect: str | None, extra: list[str], workdir: Path, tes
         cmd.append(f"--kvcm-target={target}")
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    total, failed = failed_tests(junit)
-    return {"defect": defect, "returncode": proc.returncode, "tests": total, "caught_by": failed,
+    return {"defect": defect, "returncode": proc.returncode, **junit_outcomes.read(junit),
             "seconds": round(time.monotonic() - start, 1), "tail": proc.stdout[-3000:] + proc.stderr[-2000:]}
 
 
@@ -195,6 +185,8 @@ class Progress:
         self.count += 1
         what = run["defect"] or "clean run"
         result = f"{len(run['caught_by'])} failed" if run["caught_by"] else "nothing failed"
+        if run.get("broken"):
+            result += f", {len(run['broken'])} broken (errored)"
         self._say(f"[{self.count}/{self.total}] {what}: {run['tests']} tests, {result} ({run['seconds']} s)")
         if self.bar is not None:
             self.bar.update(1)
@@ -235,15 +227,81 @@ def main(args) -> int:
         return 2
 
 
+def _here(catcher: str) -> bool:
+    """Whether a catcher (a node-id prefix: a path from here, or a module given with ``--pyargs``) exists here."""
+    where = catcher.partition("::")[0].rstrip("/")
+    if "/" in where or where.endswith(".py"):
+        return Path(where).exists()
+    try:
+        return importlib.util.find_spec(where) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _chosen_defects(args, registry: dict) -> list[str]:
+    """``--defect``'s names, else every registered defect whose catchers are here. The built-in catalogue is
+    caught by the project's own suites (``suites/``, in a checkout of pytest-kvcm, not in the wheel): from a
+    maintainer's directory it is left out with one line, and the maintainer's own defects run."""
+    if args.defect:
+        names = list(dict.fromkeys(args.defect))
+        unknown = [n for n in names if n not in registry]
+        if unknown:
+            raise InputError(f"unknown defect(s) {', '.join(unknown)}; registered: {', '.join(registry) or 'none'}")
+        return names
+    names = [n for n, d in registry.items() if not d["catchers"] or any(_here(c) for c in d["catchers"])]
+    away = [n for n in registry if n not in names]
+    if away:
+        first = registry[away[0]]["catchers"][0].partition("::")[0]
+        print(f"kvcm sensitivity: {len(away)} registered defect(s) left out, their catchers not here (as {first}): "
+              "the built-in catalogue is caught by pytest-kvcm's own suites, in a checkout of its repository "
+              f"(--defect NAME runs one anyway); running {len(names)}", file=sys.stderr)
+    if not names:
+        raise InputError("no defect to run here: register your own with the pytest_kvcm_register_defects hook of "
+                         "your conftest.py (catchers: the tests that must fail), or run from a checkout of pytest-kvcm")
+    return names
+
+
+def _declared_line(run: dict) -> str | None:
+    """What declared differences did to the tests a defect ran, or None."""
+    keys = junit_outcomes.declared_keys(run.get("declared") or {})
+    parts = [f"{kind} {sum(by.values())} of them ({', '.join(sorted(by))})" for kind, by in keys.items() if by]
+    return f"declared differences {' and '.join(parts)}" if parts else None
+
+
+def _report_defect(run: dict, d: dict, need: int, how: str, mode: str) -> bool:
+    """Print one defect's verdict; True when it was caught by at least ``need`` failed checks."""
+    caught, broken = run["caught_by"], run.get("broken") or []
+    enough = len(caught) >= need
+    verdict = (f"caught by {len(caught)} failed test(s) in {', '.join(_levels(caught))}" if caught else "UNCAUGHT")
+    if caught and not enough:
+        verdict += f": FEWER THAN {need}"
+    if broken:
+        verdict += f"; {len(broken)} broken"
+    print(f"\n{run['defect']} ({verdict}; ran {how}, {run['seconds']} s): {d['story']}"
+          + (f" [upstream: {d['upstream']}]" if d["upstream"] else ""))
+    for test in caught:
+        mark = "" if mode == "fast" or not d["catchers"] or _named(test, d["catchers"]) else "   (not named)"
+        print(f"    {test}{mark}")
+    if mode == "full" and d["catchers"]:
+        for c in [c for c in d["catchers"] if not any(_named(t, [c]) for t in caught)]:
+            print(f"    named but did not fail: {c}")
+    for b in broken:
+        print(f"    broken (errored before it could check; not a catch): {b['test']}: {b['why']}")
+    declared = _declared_line(run)
+    if declared:
+        print(f"    {declared}")
+    if not caught:
+        print(f"    no check failed (exit {run['returncode']}, {run['tests']} tests ran"
+              + ("; a defect in your own adapter needs --target NAME, or targets= at registration"
+                 if "the session's targets" in how else "") + ")")
+    return enough
+
+
 def _main(args) -> int:
     extra, jobs = check_inputs(args)
     chosen = getattr(args, "target", None)
     registry = registered_defects(args.lane, chosen, extra)
-    names = args.defect or list(registry)
-    unknown = [n for n in dict.fromkeys(names) if n not in registry]
-    if unknown:
-        raise InputError(f"unknown defect(s) {', '.join(unknown)}; registered: {', '.join(registry) or 'none'}")
-    names = list(dict.fromkeys(names))
+    names = _chosen_defects(args, registry)
     mode, need = getattr(args, "mode", "fast"), getattr(args, "min_catchers", 2)
     if args.lane is None and (mode == "full" or any(not registry[n]["catchers"] for n in names)):
         registered_defects(DEFAULT_LANE, chosen, extra)  # the lane will run: check it before the first run
@@ -267,37 +325,19 @@ def _main(args) -> int:
     ok = True
     for (label, _, tests, _target), clean in zip(plan, cleans):
         what = f"the {len(tests)} named catchers" if tests else f"lane {args.lane}"
-        good = clean["returncode"] == 0 and not clean["caught_by"] and clean["tests"] > 0
+        good = clean["returncode"] == 0 and not clean["caught_by"] and not clean["broken"] and clean["tests"] > 0
         ok &= good
         print(f"clean run of {what}: {clean['tests']} tests, {len(clean['caught_by'])} failed, "
-              f"exit {clean['returncode']} ({clean['seconds']} s)")
+              f"{len(clean['broken'])} broken, exit {clean['returncode']} ({clean['seconds']} s)")
         if not good:
             print(clean["tail"])
-    print(f"\nmode {mode}: each defect must be caught by at least {need} tests\n"
-          f"defect (upstream): what it was\n    the tests that caught it")
+    print(f"\nmode {mode}: each defect must be caught by at least {need} failed checks (a test that errors is "
+          f"broken, not a catch)\ndefect (upstream): what it was\n    the tests that caught it")
     for run in defects:
-        d, caught = registry[run["defect"]], run["caught_by"]
-        enough = len(caught) >= need
-        ok &= enough
         how = "its named catchers" if run["defect"] in targeted else f"lane {args.lane}"
         on = chosen or own[run["defect"]]
         how += f", --kvcm-target={on}" if on else ", the session's targets"
-        verdict = (f"caught by {len(caught)} test(s) in {', '.join(_levels(caught))}" if caught else "UNCAUGHT")
-        if caught and not enough:
-            verdict += f": FEWER THAN {need}"
-        print(f"\n{run['defect']} ({verdict}; ran {how}, {run['seconds']} s): {d['story']}"
-              + (f" [upstream: {d['upstream']}]" if d["upstream"] else ""))
-        for test in caught:
-            mark = "" if mode == "fast" or not d["catchers"] or _named(test, d["catchers"]) else "   (not named)"
-            print(f"    {test}{mark}")
-        if mode == "full" and d["catchers"]:
-            missed = [c for c in d["catchers"] if not any(_named(t, [c]) for t in caught)]
-            for c in missed:
-                print(f"    named but did not fail: {c}")
-        if not caught:
-            print(f"    no test failed (exit {run['returncode']}, {run['tests']} tests ran"
-                  + ("" if on else "; a defect in your own adapter needs --target NAME, or targets= at registration")
-                  + ")")
+        ok &= _report_defect(run, registry[run["defect"]], need, how, mode)
     if args.json:
         try:
             write_atomically(args.json, json.dumps({"mode": mode, "clean": cleans, "defects": defects}, indent=2))
@@ -306,5 +346,6 @@ def _main(args) -> int:
             ok = False
     print(f"\nsensitivity ({mode}, {len(defects)} defects, {round(time.monotonic() - start)} s): "
           + ("every defect caught" + (f" by at least {need} tests" if need > 1 else "") if ok
-             else "FAILED: a defect went uncaught or under-caught, or a clean run failed"))
+             else "FAILED: a defect went uncaught or under-caught (broken tests do not count), or a clean run "
+                  "failed"))
     return 0 if ok else 1

@@ -4,7 +4,8 @@ suites run with ``--pyargs`` from outside the rootdir ids with no module at all 
 
 import pytest
 
-from pytest_kvcm.sensitivity import _levels, failed_tests
+from pytest_kvcm.junit_outcomes import failed_tests
+from pytest_kvcm.sensitivity import _levels
 
 pytestmark = pytest.mark.cpu_only
 

@@ -33,7 +33,7 @@ def test_sensitivity_runs_the_defects_own_target_and_takes_target(pytester):
     pytester.makeconftest(readme_adapter() + DEFECT)
     proc = sensitivity(pytester.path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.search(r"my-leak \(caught by 2 test\(s\) in .*; ran its named catchers, --kvcm-target=mine,", proc.stdout), \
+    assert re.search(r"my-leak \(caught by 2 failed test\(s\) in .*; ran its named catchers, --kvcm-target=mine,", proc.stdout), \
         proc.stdout
     proc = sensitivity(pytester.path, "--target", "kvcm-v2")
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -9,20 +9,47 @@ an ``xdist_group`` mark would say the same, but with pytest 9 and xdist 3.8 its 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 
 import pytest
 
+import kvcm.policy
+
 from .configs import Config
 from .search import Explorer, Report
 
 _REPORTS: dict[Config, Report] = {}
+SECONDS_A_STATE = 0.05   # the time budget: 20 times what a state costs on a busy 2-core machine (~2.5 ms)
 
 
-def _search(job: tuple[Config, float]) -> Report:
-    cfg, scale = job
-    return Explorer(cfg).run(max(2, round(cfg.max_states * scale)))
+@contextlib.contextmanager
+def _injected(name: str | None):
+    """The run's ``--kvcm-inject`` defect, applied again in this process by its name from the catalogue: what a
+    worker is sent is the name, never the policy (a defect's replacement is often a lambda). A user's defect,
+    not in the built-in catalogue, reaches a forked worker as the parent's active policy."""
+    from pytest_kvcm.defects import builtin_defects
+
+    found = next((d for d in builtin_defects() if d.name == name), None) if name else None
+    if found is None or not found.replaces:
+        yield
+        return
+    with kvcm.policy.applied(found.policy(kvcm.policy.DEFAULT)):
+        yield
+
+
+def _search(job: tuple[Config, float, str | None]) -> Report:
+    """One configuration's search. Whatever it raises comes back as a broken report, never as an exception: a
+    worker's exception that cannot be unpickled (kvcm's errors take several arguments) left ``Pool.map`` waiting
+    for ever, and one configuration's error hid every other's result."""
+    cfg, scale, defect = job
+    states = max(2, round(cfg.max_states * scale))
+    with _injected(defect):
+        try:
+            return Explorer(cfg).run(states, seconds=60 + SECONDS_A_STATE * states)
+        except Exception as exc:  # noqa: BLE001 - the configuration could not be searched: said, not raised
+            return Report(cfg, broken=f"{type(exc).__name__}: {exc}")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,25 +75,66 @@ def _selected(session) -> list[Config]:
     return out
 
 
-def run_configs(configs: list[Config], scale: float = 1.0) -> dict[Config, Report]:
-    """Search the configurations not searched yet this session, at most one process per core (forked, so a
-    defect injected by ``--kvcm-inject`` is in every one of them); ``scale`` multiplies their state budgets."""
-    todo = [(c, scale) for c in configs if c not in _REPORTS]
+def injected_name(config) -> str | None:
+    """The name of the run's ``--kvcm-inject`` defect, or None."""
+    from pytest_kvcm.defects.plugin import INJECTED
+
+    injected = config.stash.get(INJECTED, None)
+    return injected[0].name if injected else None
+
+
+def run_configs(configs: list[Config], scale: float = 1.0, defect: str | None = None) -> dict[Config, Report]:
+    """Search the configurations not searched yet this session, at most one process per core, each under
+    ``defect`` (a catalogue name, ``injected_name``); ``scale`` multiplies their state budgets."""
+    todo = [c for c in configs if c not in _REPORTS]
     if todo:
-        jobs = min(len(todo), os.cpu_count() or 1)
-        if jobs > 1:
-            with multiprocessing.get_context("fork").Pool(jobs) as pool:
-                reports = pool.map(_search, todo, chunksize=1)
-        else:
-            reports = [_search(job) for job in todo]
-        _REPORTS.update((r.cfg, r) for r in reports)
+        _REPORTS.update((r.cfg, r) for r in search_all(todo, scale, defect))
     return {c: _REPORTS[c] for c in configs}
+
+
+def search_all(configs: list[Config], scale: float = 1.0, defect: str | None = None) -> list[Report]:
+    """Each configuration searched once, at most one process per core, none kept for the session's summary."""
+    todo = [(c, scale, defect) for c in configs]
+    jobs = min(len(todo), os.cpu_count() or 1)
+    if jobs > 1:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            return pool.map(_search, todo, chunksize=1)
+    return [_search(job) for job in todo]
 
 
 @pytest.fixture(scope="session")
 def exhaustive_reports(request) -> dict[Config, Report]:
     """The reports of every configuration this session selected, searched together on first use."""
-    return run_configs(_selected(request.session), request.config.getoption("kvcm_exhaustive_scale"))
+    return run_configs(_selected(request.session), request.config.getoption("kvcm_exhaustive_scale"),
+                       injected_name(request.config))
+
+
+@pytest.fixture
+def default_run_reports(request) -> dict[Config, Report]:
+    """Every configuration of the default run searched (those this session did not select too); a broken one
+    errors here, in set-up: no count to judge."""
+    from .configs import default_configs
+
+    reports = run_configs(default_configs(), request.config.getoption("kvcm_exhaustive_scale"),
+                          injected_name(request.config))
+    broken = [r.line() for r in reports.values() if r.broken]
+    if broken:
+        raise ExplorerBroken("\n".join(broken))
+    return reports
+
+
+class ExplorerBroken(Exception):
+    """A configuration's search could not run (its manager could not be built, or it ran past its time budget)."""
+
+
+@pytest.fixture
+def explorer_report(request, exhaustive_reports) -> Report:
+    """This test's configuration's report; a broken search errors here, in set-up, so it is never counted as a
+    check that failed (``kvcm sensitivity`` counts failures only)."""
+    report = exhaustive_reports[request.node.callspec.params["cfg"]]
+    if report.broken:
+        raise ExplorerBroken(report.line())
+    return report
 
 
 def _lines() -> list[str]:

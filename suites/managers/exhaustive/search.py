@@ -2,7 +2,10 @@
 
 A state is kept as the pickle of the manager's mutable parts (pools, requests, reuse cache and counters; the
 model, limits and layer groups are shared with a template and never copied): restoring one costs one
-``pickle.loads`` of a few kilobytes, where replaying its sequence would cost every call of it again. A refused
+``pickle.loads`` of a few kilobytes, where replaying its sequence would cost every call of it again. The
+manager's ``kvcm.policy.Policy`` (kept by its pools and reuse cache) and the functions its parts take from it are
+shared too, by reference, never copied: a policy is immutable, and a defect's replacement is often a ``lambda``,
+which ``pickle`` cannot copy (every configuration errored under 38 of the 65 catalogued defects before). A refused
 call leaves the manager as it was, so the next operation of the same state runs on it without a restore.
 
 The canonical state is cheap and deliberately coarse: free and reusable counts per group, each request's counters
@@ -20,9 +23,13 @@ violating state.
 
 from __future__ import annotations
 
+import io
 import pickle
 import time
+import types
 from dataclasses import dataclass, field
+
+import kvcm.policy
 
 from _observe import all_free_after_reset, check_books, check_reused_tokens, observe
 
@@ -30,6 +37,36 @@ from . import oracle as oracle_model
 from .configs import Config, build
 from .ops import Driver, Refused, apply, enabled
 from .replay import replay_text
+
+
+_SHARED: list = []      # what states refer to rather than copy: a state holds an index, restored as the same object
+_INDEX: dict[int, int] = {}
+
+
+def _shared(index: int):
+    return _SHARED[index]
+
+
+class _StatePickler(pickle.Pickler):
+    """Keeps a manager's policy, and the functions its parts take from it (the reuse tree's key hash, say), by
+    reference: a defect replaces them with lambdas. ``reducer_override``, not a ``dispatch_table``: pickle saves
+    a function by its name before it looks at the table (one Python call an object, ~5% of the search's time)."""
+
+    def reducer_override(self, obj):
+        if type(obj) not in (types.FunctionType, kvcm.policy.Policy) or obj is _shared:
+            return NotImplemented
+        index = _INDEX.get(id(obj))
+        if index is None:
+            index = _INDEX[id(obj)] = len(_SHARED)
+            _SHARED.append(obj)     # kept alive, so the id stays this object's
+        return _shared, (index,)
+
+
+def _dumps(state) -> bytes:
+    """``pickle.dumps(state, 5)``, each policy and function in it kept by reference (this process's ``_SHARED``)."""
+    out = io.BytesIO()
+    _StatePickler(out, 5).dump(state)
+    return out.getvalue()
 
 
 @dataclass
@@ -50,8 +87,11 @@ class Report:
     restores: int = 0
     complete: bool = False      # nothing new was left: every sequence up to any length was searched
     violations: list = field(default_factory=list)
+    broken: str | None = None   # why the search could not run to its budget (no manager, past its time): no verdict
 
     def line(self) -> str:
+        if self.broken:
+            return f"{self.cfg.name}: BROKEN after {self.states} distinct states: {self.broken}"
         bound = "all of them" if self.complete else "stopped at the budget"
         return (f"{self.cfg.name}: {self.sequences} sequences, {self.states} distinct states ({bound}), depth "
                 f"{self.depth}, {len(self.violations)} violations, {self.seconds:.1f} s ({self.cpu_seconds:.1f} s CPU)")
@@ -73,7 +113,7 @@ class Explorer:
         if cache is not None:
             cache.groups = None
         try:
-            return pickle.dumps((mgr.pools, mgr._seqs, mgr.stale_released, cache, mgr._reuse_totals), 5)
+            return _dumps((mgr.pools, mgr._seqs, mgr.stale_released, cache, mgr._reuse_totals))
         finally:
             if cache is not None:
                 cache.groups = self.template.layer_groups
@@ -133,10 +173,13 @@ class Explorer:
         return hash(tuple(parts))
 
     # ---- the search ---------------------------------------------------------------------------------------
-    def run(self, max_states: int | None = None) -> Report:
+    def run(self, max_states: int | None = None, seconds: float | None = None) -> Report:
+        """The search up to ``max_states`` distinct states; past ``seconds`` (None: no limit) it stops and the
+        report is ``broken``: a manager made that slow is not searched, and not passed either."""
         cfg, limit = self.cfg, max_states or self.cfg.max_states
         report = Report(cfg)
         start, cpu = time.perf_counter(), time.process_time()
+        deadline = None if seconds is None else start + seconds
         empty = build(cfg)
         drv0, orc0 = Driver((None,) * cfg.slots, None), oracle_model.empty(cfg.slots)
         seen = {self.key(empty, drv0, orc0)}
@@ -149,7 +192,12 @@ class Explorer:
                 self._expand(blob, drv, orc, path, seen, nxt, report, kinds, limit)
                 if len(seen) >= limit:
                     break
+                if deadline is not None and time.perf_counter() > deadline:
+                    report.broken = f"ran past its time budget of {seconds:.0f} s (depth {report.depth})"
+                    break
             frontier = nxt
+            if report.broken:
+                break
         report.states = len(seen)
         report.complete = not frontier
         report.seconds = time.perf_counter() - start

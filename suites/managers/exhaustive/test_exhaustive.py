@@ -25,23 +25,20 @@ def _check(report) -> None:
 
 
 @pytest.mark.parametrize("cfg", default_configs(), ids=lambda c: c.name)
-def test_explorer_finds_no_violation(cfg, exhaustive_reports):
-    _check(exhaustive_reports[cfg])
+def test_explorer_finds_no_violation(cfg, explorer_report):
+    _check(explorer_report)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", deep_configs(), ids=lambda c: f"deep-{c.name}")
-def test_deep_explorer_finds_no_violation(cfg, exhaustive_reports):
-    _check(exhaustive_reports[cfg])
+def test_deep_explorer_finds_no_violation(cfg, explorer_report):
+    _check(explorer_report)
 
 
-def test_default_run_reaches_its_states(exhaustive_reports, request):
+def test_default_run_reaches_its_states(default_run_reports, request):
     """The default configurations together reach DEFAULT_STATES distinct states (all of them are searched when
     this test is selected alone; a --kvcm-exhaustive-scale below 1 lowers the mark with the budgets)."""
-    from .conftest import run_configs
-
     scale = request.config.getoption("kvcm_exhaustive_scale")
-    reports = run_configs(default_configs(), scale)
-    total = sum(r.states for r in reports.values())
+    total = sum(r.states for r in default_run_reports.values())
     want = DEFAULT_STATES * min(1.0, scale)
     assert total >= want, f"{total} distinct states in the default run, below {want:.0f}"
