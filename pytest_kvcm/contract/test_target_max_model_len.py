@@ -18,8 +18,10 @@ def test_max_model_len_request_fits_exactly_when_the_pool_holds_it(kvcm_target, 
     max_model_len = 5 * probe.page_size + 3
     pages = contract.pages_for_max_model_len(max_model_len, probe.page_size, probe.reserved_pages) + spare
     target = kvcm_target(PoolSpec(num_pages=pages, max_model_len=max_model_len, page_size=probe.page_size))
-    target.require("exact_pool_size")
     admitted = target.allocate("longest", max_model_len)
+    if spare and target.differs("exact_pool_size", "a pool asked one page short may hold more: its admission is not "
+                                                   "judged (the pool asked exactly must admit it, as always)"):
+        return
     assert admitted == (spare == 0), (
         f"{target}: max_model_len={max_model_len} needs 6 pages of {target.page_size}; pool of {pages} with "
         f"{target.reserved_pages} reserved {'refused' if not admitted else 'admitted'} it")

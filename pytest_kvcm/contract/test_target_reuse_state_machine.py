@@ -58,7 +58,7 @@ def side_by_side_reuse(make_target):
             super().__init__()
             self.target = make_target(PoolSpec(num_pages=POOL, page_size=PS, max_model_len=1024, reuse=True))
             self.target.require_reuse()
-            self.target.require("exact_pool_size")
+            self.target.require("free_pages", "every admission and free count is compared with kvcm's one pool")
             oracle = ORACLES[self.target.reuse_oracle]
             self.oracle = oracle(PoolSpec(num_pages=self.target.usable_pages, page_size=PS, max_model_len=1024,
                                           reuse=True))

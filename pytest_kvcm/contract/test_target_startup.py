@@ -25,7 +25,8 @@ def _sized(kvcm_target, window_pages=None):
     probe = kvcm_target(PoolSpec(num_pages=8))
     if not hasattr(probe, "startup_accepts"):
         pytest.skip(f"{probe.name}: no start-up check to drive")
-    probe.require("exact_pool_size")  # pools split by quota (DeepSeek-V4): no single-pool bound to compare
+    probe.require("exact_pool_size", "every assertion is about a pool of exactly kvcm's start-up bound or one page "
+                                     "short, which a pool of another size cannot be judged at")
     ps = probe.page_size
     window = None if window_pages is None else window_pages * ps
     return probe, ps, 12 * ps + ps // 2, window
@@ -53,7 +54,7 @@ def test_startup_admits_exactly_the_pool_one_request_needs(kvcm_target, spare):
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 def test_startup_window_bound_matches_kvcm(kvcm_target, spare, async_scheduling, request):
     probe, ps, max_model_len, window = _sized(kvcm_target, window_pages=2)
-    probe.require("startup_window")
+    probe.require("startup_window", "no window bound to compare")
     chunk = ps
     windows = (None, window)
     least = startup.least_pool(ps, max_model_len, windows=windows, reserved_pages=probe.reserved_pages,

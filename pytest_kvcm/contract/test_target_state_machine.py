@@ -24,7 +24,7 @@ def side_by_side(make_target):
         def __init__(self):
             super().__init__()
             self.target = make_target(PoolSpec(num_pages=10, max_model_len=MAX_MODEL_LEN))
-            self.target.require("exact_pool_size")
+            self.target.require("free_pages", "every admission and free count is compared with kvcm's one pool")
             ps = self.target.page_size
             self.oracle = KvcmV2Target(PoolSpec(num_pages=self.target.usable_pages, page_size=ps,
                                                 max_model_len=MAX_MODEL_LEN))

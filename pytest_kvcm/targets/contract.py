@@ -68,9 +68,9 @@ class KVCacheTarget:
       strict xfail; ``split_window_pool`` when the window has a pool of its own, sized by
       ``PoolSpec.window_pages``;
     * ``differences = {key: why}``: a documented difference of design. Each key relaxes only the assertions it
-      names (``differs(key, how)`` in the tests; ``require(key)`` skips a test only where every assertion of it is
-      about that key), the refused-allocation checks run whatever is declared, and the run ends with a list of
-      every test a declaration relaxed and how. Keys (``differences.KEYS`` has what each relaxes; an unknown
+      names (``differs(key, how)`` in the tests; ``require(key, because)`` skips only a test that cannot run at
+      all under the key), the refused-allocation checks run whatever is declared, and the run ends with every
+      test a declaration relaxed or skipped, by outcome. Keys (``differences.KEYS`` has what each relaxes; an unknown
       key is refused at start-up): ``exact_pool_size``, ``free_pages``, ``page_size``, ``sliding_window``,
       ``last_prompt_block``, ``duplicate_blocks``, ``private_recomputed_block``, ``partial_blocks_cached``,
       ``whole_node_eviction``, ``window_stored_at_release``, ``window_reuse``, ``startup_window``,
@@ -192,14 +192,15 @@ class KVCacheTarget:
         record(getattr(self, "_kvcm_node", None), self.name, what, self.differences[what], how)
         return True
 
-    def require(self, what: str) -> None:
-        """Skip the calling test when this engine documents a difference on ``what``: only for a test whose every
-        assertion is about ``what`` (``differs`` relaxes single assertions)."""
+    def require(self, what: str, because: str) -> None:
+        """Skip the calling test when this engine declares ``what``: only for a test that cannot run at all under
+        it (``because`` says why; the key's entry in ``differences.KEYS`` names the test). A single assertion is
+        relaxed with ``differs``, never by skipping the test around it."""
         if what in self.differences:
             import pytest
 
-            self.differs(what, "skipped: every assertion of this test assumes kvcm's behaviour here")
-            pytest.skip(f"{self.name} differs on {what}: {self.differences[what]}")
+            self.differs(what, f"skipped: {because}")
+            pytest.skip(f"{self.name} differs on {what} ({self.differences[what]}): skipped: {because}")
 
     def free_pages(self) -> int:
         """Pages of the full-attention pool a new request could still take."""

@@ -125,8 +125,8 @@ class KvcmV4Target(KvcmV2Target):
     differences = {"page_size": "DeepSeek-V4 pages hold 128 or 256 tokens; the spec's page_size is rounded up to 128",
                    "free_pages": "several pools (compressed, indexer, sliding) of one page count each: a new prompt "
                                  "takes a page in every one, so free pages are the smallest pool's free count",
-                   "exact_pool_size": "the token quota is split between pools by a typical step: each pool holds at "
-                                      "least the pages asked, the full-length ones more",
+                   "exact_pool_size": "the token quota is split between pools by a typical step: a pool holds more "
+                                      "or fewer pages than asked (the full-length ones more, a window's fewer)",
                    "window": "the sliding window is W + max_draft_len (docs/semantics.md 5)"}
     # reuse: asked with partial reuse on (TensorRT-LLM's default), which DeepSeek-V4 must force off
 

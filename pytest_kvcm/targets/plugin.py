@@ -10,7 +10,7 @@ from pytest_kvcm.reuse_option import selected_modes
 
 from .adapter_check import check_registered
 from .contract import TargetUnavailable
-from .differences import summary
+from .differences import in_force, relaxations, summary
 from .registry import BUILTIN_TARGETS, build_target_registry
 
 from ..options import TARGETS_DEFAULT as DEFAULT
@@ -56,17 +56,39 @@ def pytest_report_header(config):
     return f"kvcm targets: {', '.join(selected_targets(config))}"
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A relaxed test that fails says which declared keys were in force and what it expected with and without
+    them (a bare ``assert 48 == 32`` did not), in a section of its failure."""
+    report = yield
+    if report.failed and relaxations(item.user_properties):
+        report.sections.append(("kvcm declared differences in force", in_force(item.user_properties)))
+    return report
+
+
+_HEADINGS = {"passed": "relaxed and passed: each relaxed check held as the key declares",
+             "failed": "relaxed and FAILED: the failure names the keys in force (a key that does not describe the "
+                       "manager, or a bug)",
+             "skipped": "skipped: the test cannot run at all under the key (the reason after 'skipped')"}
+
+
 def pytest_terminal_summary(terminalreporter):
-    """Every test a declared difference relaxed, and how: a green run says what it did not check."""
+    """Every test a declared difference relaxed or skipped, by outcome: a green run says what it did not check."""
     reports = [r for group in terminalreporter.stats.values() for r in group if hasattr(r, "nodeid")]
     groups = summary(reports)
-    if groups:
-        tests = len({i for ids in groups.values() for i in ids})
-        terminalreporter.section(f"kvcm declared differences relaxed {tests} test(s)")
-        for entry, ids in groups.items():
-            terminalreporter.write_line(f"{entry} ({len(ids)} test(s))")
+    counts = {kind: len({i for ids in by.values() for i in ids}) for kind, by in groups.items()}
+    if not any(counts.values()):
+        return
+    terminalreporter.section(f"kvcm declared differences: {counts['passed']} test(s) relaxed and passed, "
+                             f"{counts['failed']} relaxed and failed, {counts['skipped']} skipped")
+    for kind, by in groups.items():
+        if not by:
+            continue
+        terminalreporter.write_line(f"{_HEADINGS[kind]}:")
+        for entry, ids in by.items():
+            terminalreporter.write_line(f"  {entry} ({len(ids)} test(s))")
             for nodeid in ids:
-                terminalreporter.write_line(f"    {nodeid}")
+                terminalreporter.write_line(f"      {nodeid}")
 
 
 @pytest.fixture

@@ -42,7 +42,8 @@ class SglangReuse:
     def require_reuse(self) -> None:
         super().require_reuse()
         if self.tree is None:
-            self.require("window_reuse")
+            self.require("window_reuse", "this reuse test is on a sliding-window model, which the target cannot "
+                                         "build with reuse")
 
     def _evictable_pages(self) -> int:
         return 0 if self.tree is None else self.tree.evictable_size() // self.page_size

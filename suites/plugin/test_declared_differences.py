@@ -59,11 +59,12 @@ def test_every_key_declared_still_runs_the_refusal_checks_and_they_catch_a_leak(
     clean = _run(pytester, False)   # the same declarations without the leak: green, and it says what it relaxed
     clean.assert_outcomes(passed=2)
     clean.stdout.fnmatch_lines([
-        "*kvcm declared differences relaxed 2 test(s)*",
-        "mine differs on exact_pool_size: the refused growth asks for max_model_len tokens*(1 test(s))",
-        "    pytest_kvcm.contract.test_target_lifecycle::test_refused_allocation_and_growth_change_nothing[[]mine[]]",
-        "mine differs on last_prompt_block: req 1 hits 32 tokens*",
-        "mine differs on free_pages: vLLM's case at the boundary*is not run*",
+        "*kvcm declared differences: 2 test(s) relaxed and passed, 0 relaxed and failed, 0 skipped*",
+        "relaxed and passed: *",
+        "  mine differs on exact_pool_size: the refused growth asks for max_model_len tokens*(1 test(s))",
+        "      pytest_kvcm.contract.test_target_lifecycle::test_refused_allocation_and_growth_change_nothing[[]mine[]]",
+        "  mine differs on last_prompt_block: req 1 hits 2 blocks*",
+        "  mine differs on free_pages: vLLM's case at the boundary*is not run*",
     ])
 
 
@@ -131,4 +132,4 @@ def test_a_private_recomputed_block_is_a_design_with_its_own_key(pytester):
     declared.assert_outcomes(passed=16)
     declared.stdout.fnmatch_lines(["*test_failed_allocation_with_a_hit_changes_nothing[[]private[]] PASSED*",
                                    "*test_block_aligned_prompt_stores_its_last_block[[]private[]] PASSED*",
-                                   "private differs on private_recomputed_block: 4 pages held while both run*"])
+                                   "  private differs on private_recomputed_block: 4 pages held while both run*"])
