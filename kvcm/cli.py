@@ -12,9 +12,13 @@ import os
 import sys
 
 COMMAND_GROUP = "kvcm.commands"
+# pytest-kvcm is not on PyPI: it is installed from a checkout of its repository or from a wheel built there
+INSTALL = ("pytest-kvcm is not on PyPI: pip install -e '.[test]' in a checkout of its repository, or "
+           "pip install 'pytest_kvcm-<version>-py3-none-any.whl[test]' built there (pip wheel --no-deps -w dist .); "
+           "from a source tree without installing, python -m pytest_kvcm.cli COMMAND")
 DESCRIPTION = ("Reference KV cache managers. 'kvcm plan' sizes a model's KV cache on paper; installed packages add "
-               "commands of their own (the pytest plugin, pip install 'pytest-kvcm[test]', adds 'kvcm sensitivity' "
-               "and 'kvcm dashboard'). 'kvcm COMMAND --help' for each.")
+               "commands of their own (pytest-kvcm's plugin adds 'kvcm sensitivity' and 'kvcm dashboard'). "
+               "'kvcm COMMAND --help' for each.")
 
 
 def registered_commands() -> dict:
@@ -30,7 +34,7 @@ def _registered_command(entry, argv: list[str]) -> int:
         command = entry.load()
     except ImportError as exc:
         print(f"{prog}: this command comes with an installed package that is not importable ({exc}); "
-              "reinstall it (the pytest plugin: pip install 'pytest-kvcm[test]')", file=sys.stderr)
+              f"reinstall it ({INSTALL})", file=sys.stderr)
         return 2
     return command(argv[1:], prog)
 
@@ -51,7 +55,7 @@ def main(argv=None) -> int:
     if argv and not argv[0].startswith("-") and argv[0] != "plan":
         known = ", ".join(["plan", *sorted(commands)])
         print(f"kvcm: no command {argv[0]!r} (installed: {known}); 'kvcm sensitivity' and 'kvcm dashboard' come "
-              "with the pytest plugin: pip install 'pytest-kvcm[test]'", file=sys.stderr)
+              f"with pytest-kvcm's plugin, registered when the package is installed ({INSTALL})", file=sys.stderr)
         return 2
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]

@@ -94,7 +94,7 @@ def convert(gguf: Path, target: Path, model_name: str, install_hint: str) -> Pat
     try:
         import gguf as _gguf  # noqa: F401  (transformers needs it to read the file)
     except ModuleNotFoundError as exc:
-        raise ModelNotInstalled(f"converting {gguf.name} needs the `gguf` package: pip install 'pytest-kvcm[hf]' "
+        raise ModelNotInstalled(f"converting {gguf.name} needs the `gguf` package: pip install 'gguf>=0.10' "
                                 f"({install_hint})") from exc
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -14,7 +14,7 @@ scheduler reads: the hit, the admission, the free and the cached pages. A target
 
 import pytest
 
-pytest.importorskip("hypothesis", reason="the state machine needs hypothesis: pip install 'pytest-kvcm[test]'")
+pytest.importorskip("hypothesis", reason="the state machine needs hypothesis: pip install 'hypothesis>=6'")
 from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test

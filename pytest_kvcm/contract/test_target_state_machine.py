@@ -8,7 +8,7 @@ engines with ``exact_pool_size`` differences (DeepSeek-V4) are compared with kvc
 
 import pytest
 
-pytest.importorskip("hypothesis", reason="the state machine needs hypothesis: pip install 'pytest-kvcm[test]'")
+pytest.importorskip("hypothesis", reason="the state machine needs hypothesis: pip install 'hypothesis>=6'")
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test

@@ -113,7 +113,8 @@ def check_target(target) -> None:
     if unknown:
         raise AdapterError("differences", f"unknown key {unknown[0]!r}: no contract test reads it, so it would relax "
                                           f"nothing; keys: {', '.join(KEYS)} (notes that relax nothing: "
-                                          f"{', '.join(NOTES)}; docs/contract.md)")
+                                          f"{', '.join(NOTES)}; what each relaxes: python -m pytest_kvcm.contract "
+                                          "--keys)")
     has = [m for m in PAIRED if callable(_attr(target, m))]
     if len(has) == 1:
         other = next(m for m in PAIRED if m not in has)

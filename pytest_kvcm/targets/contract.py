@@ -75,7 +75,8 @@ class KVCacheTarget:
       ``last_prompt_block``, ``duplicate_blocks``, ``private_recomputed_block``, ``partial_blocks_cached``,
       ``whole_node_eviction``, ``window_stored_at_release``, ``window_reuse``, ``startup_window``,
       ``startup_window_chunk``, ``reuse``; and notes for the reader that relax nothing: ``units``, ``window``,
-      ``lookahead``, ``max_model_len``, ``failed_allocation``, ``shared_pool``. docs/contract.md has the table.
+      ``lookahead``, ``max_model_len``, ``failed_allocation``, ``shared_pool``. ``python -m pytest_kvcm.contract
+      --keys`` prints the table (docs/contract.md shows it).
     """
 
     name = "target"

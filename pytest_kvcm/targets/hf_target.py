@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
 
-INSTALL_HINT = "transformers>=5.17 with continuous batching is needed: pip install 'pytest-kvcm[hf]'"
+INSTALL_HINT = "transformers>=5.17 with continuous batching is needed: pip install 'transformers>=5.17' accelerate"
 
 
 def _hf():

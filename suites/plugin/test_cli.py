@@ -67,7 +67,8 @@ def test_a_command_no_package_registers_says_what_to_install(monkeypatch, capsys
     monkeypatch.setattr(kvcm.cli, "registered_commands", lambda: {})   # as without the plugin installed
     assert kvcm.cli.main(["sensitivity", "--lane", "l0_cpu"]) == 2
     err = capsys.readouterr().err
-    assert "'sensitivity'" in err and "pip install 'pytest-kvcm[test]'" in err
+    assert "'sensitivity'" in err and "pytest-kvcm is not on PyPI: pip install -e '.[test]' in a checkout" in err
+    assert "python -m pytest_kvcm.cli COMMAND" in err and "pip install 'pytest-kvcm" not in err
 
 
 def test_a_registered_command_that_cannot_import_says_so(monkeypatch, capsys):

@@ -9,6 +9,7 @@ allocations leaked would have passed. Here the leak is planted in kvcm V1 (whose
 
 import pytest
 
+from pytest_kvcm.contract.__main__ import keys_table
 from pytest_kvcm.targets.differences import KEYS, NOTES
 
 pytestmark = pytest.mark.cpu_only
@@ -94,7 +95,18 @@ def test_every_key_read_by_a_contract_test_is_documented():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "contract.md").read_text()
     for key in [*KEYS, *NOTES]:
         assert f"``{key}``" in KVCacheTarget.__doc__, key
-        assert f"`{key}`" in doc, key
+    assert keys_table() in doc, "docs/contract.md's key table is not python -m pytest_kvcm.contract --keys"
+
+
+def test_the_key_table_ships_with_the_package():
+    """The wheel ships no docs (issue 55.7): the table is printed from the installed package."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pytest_kvcm.contract", "--keys"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == keys_table().strip(), proc.stderr
+    assert all(f"| `{key}` |" in proc.stdout for key in KEYS) and all(f"`{n}`" in proc.stdout for n in NOTES)
 
 
 PRIVATE = '''
