@@ -175,27 +175,37 @@ def _json_script(payload: Any) -> str:
     return f'<script type="application/json" id="kvcm-data">{text}</script>'
 
 
+def _verdict_tile(label: str, latest: list[dict]) -> str:
+    """What the store holds of one kind (the latest result of each test): passing of all, red when one fails,
+    neutral when none has a verdict ("cannot decide" and measure mode are no pass: 0/0 in green once misled)."""
+    passing = sum(1 for r in latest if r["passed"] is True)
+    failing = sum(1 for r in latest if r["passed"] is False)
+    undecided = len(latest) - passing - failing
+    cls = " bad" if failing else " good" if passing else ""
+    more = f" ({undecided} without a verdict)" if undecided else ""
+    return f'<div class="tile{cls}"><b>{passing}/{len(latest)}</b>{label} passing{more}</div>'
+
+
 def render_html(rows: list[dict], *, title: str = "kvcm results", source: str = "",
                 skipped: list[str] = ()) -> str:
     gates_latest = {}
     for r in rows:
         if r["metric"].startswith("accuracy."):
             gates_latest[(_gate_key(r), r["kvcm_version"])] = r
-    failing = sum(1 for r in gates_latest.values() if r["passed"] is False)
     runs = sorted({r["run_id"] for r in rows})
     last = rows[-1] if rows else None
     parity = _latest_by_test(r for r in rows if "parity" in r["metric"])  # greedy_parity, parity.*
     warmup = _latest_by_test(r for r in rows if r["metric"].startswith("warmup"))
     other = _latest_by_test(r for r in rows if not (r["metric"].startswith(("accuracy.", "warmup"))
                                                     or "parity" in r["metric"]))
-    passing = sum(1 for r in gates_latest.values() if r["passed"] is True)  # "cannot decide" is no pass
-    gate_tile = (f'<div class="tile {"bad" if failing else "good"}"><b>{passing}/{len(gates_latest)}</b>'
-                 f'gate results passing</div>' if gates_latest
-                 else '<div class="tile"><b>none</b>gate results recorded</div>')  # 0/0 is no pass
-    tiles = (gate_tile + f'<div class="tile"><b>{len(runs)}</b>runs</div>'
-             f'<div class="tile"><b id="row-count">{len(rows)}</b>rows</div>'
-             + (f'<div class="tile bad" title="{esc(chr(10).join(skipped[:50]))}"><b>{len(skipped)}</b>'
-                f'rows skipped</div>' if skipped else ""))
+    recorded = [("gate results", list(gates_latest.values())), ("parity checks", parity),
+                ("warmup reports", warmup), ("other results", other)]
+    tiles = ("".join(_verdict_tile(label, latest) for label, latest in recorded if latest)
+             or '<div class="tile"><b>0</b>results recorded</div>')
+    tiles += (f'<div class="tile"><b>{len(runs)}</b>runs</div>'
+              f'<div class="tile"><b id="row-count">{len(rows)}</b>rows</div>'
+              + (f'<div class="tile bad" title="{esc(chr(10).join(skipped[:50]))}"><b>{len(skipped)}</b>'
+                 f'rows skipped</div>' if skipped else ""))
     meta = (f"latest run {esc(last['run_id'])} · commit {esc((last['git_commit'] or '–')[:12])} · "
             f"lane {esc(last['lane'] or '–')} · {esc(last['machine'] or '')} · {esc(when_text(last['time']))}"
             if last else "empty store")

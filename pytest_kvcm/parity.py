@@ -175,16 +175,19 @@ class GreedyParity:
 
     def __call__(self, run_a: Callable, run_b: Callable, prompts: Sequence, *, names=("a", "b"), tokenizer=None,
                  margin_tolerance: float | None = None, model: str | None = None,
-                 kvcm_version: str | None = None) -> ParityReport:
+                 kvcm_version: str | None = None, record: bool = True) -> ParityReport:
         report = compare_greedy(run_a, run_b, prompts, names=names, tokenizer=tokenizer,
                                 margin_tolerance=margin_tolerance)
-        self.check(report, model=model, kvcm_version=kvcm_version)
+        self.check(report, model=model, kvcm_version=kvcm_version, record=record)
         return report
 
-    def check(self, report: ParityReport, *, model: str | None = None, kvcm_version: str | None = None):
-        """Record and assert an already computed report (from ``compare_outputs``)."""
+    def check(self, report: ParityReport, *, model: str | None = None, kvcm_version: str | None = None,
+              record: bool = True):
+        """Record and assert an already computed report (from ``compare_outputs``). ``record=False`` for a test
+        that provokes a mismatch on purpose (a planted bug, to see the fixture fail): the results store holds what
+        engines did, and a planted failure there read as a red FAIL row on the dashboard of a green run."""
         self.reports.append(report)
-        recorder = self._recorder()
+        recorder = self._recorder() if record else None
         if recorder is not None:
             record(report, recorder, model=model, kvcm_version=kvcm_version)
         if report.near_ties:

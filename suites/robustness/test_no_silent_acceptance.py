@@ -47,12 +47,20 @@ def test_record_keeps_a_good_time_given(tmp_path):
         assert [(r["time"], r["passed"]) for r in store.query()] == [(1.7e9, True)]
 
 
-def test_dashboard_with_no_gate_results_says_none_in_a_neutral_tile(tmp_path):
+def test_dashboard_says_what_the_store_holds_in_neutral_tiles_when_nothing_has_a_verdict(tmp_path):
+    """No gate rows: no gate tile (it read "none gate results recorded"); what there is, each kind in a tile, and
+    a tile is green only where a result passed and none failed."""
     with ResultsStore(tmp_path / "s.db") as store:
         store.record("parity.first_diff", 3.0, test_id="t::p")
+        store.record("greedy_parity", 1.0, test_id="t::q", passed=True)
     assert dashboard(["--results", str(tmp_path / "s.db"), "--out", str(tmp_path / "d.html")]) == 0
     page = (tmp_path / "d.html").read_text()
-    assert '<div class="tile"><b>none</b>gate results recorded</div>' in page and "0/0" not in page
+    assert '<div class="tile good"><b>1/2</b>parity checks passing (1 without a verdict)</div>' in page
+    assert "gate results" not in page.split("</header>")[0] and "0/0" not in page
+    empty = tmp_path / "empty.db"
+    ResultsStore(empty).close()
+    assert dashboard(["--results", str(empty), "--out", str(tmp_path / "e.html")]) == 0
+    assert '<div class="tile"><b>0</b>results recorded</div>' in (tmp_path / "e.html").read_text()
 
 
 # ----------------------------------------------------------------------------------------------- kvcm plan
