@@ -7,7 +7,9 @@ evicted, the deepest block of a prefix first, when an allocation needs them; an 
 with a hit changes nothing; a reset refuses while a request holds pages. Where a target departs (kvcm V1 stores
 a block-aligned prompt's last block later; vLLM and SGLang never cache a partial block; SGLang evicts whole radix
 nodes) the test names the difference.
-Pools are sized in *usable* pages: vLLM's 11 blocks are its null block plus 10.
+Pools are sized in *usable* pages: vLLM's 11 blocks are its null block plus 10. Every count is the target's
+own (its page size, the free pages it reports at the start), so a pool of another size runs the same checks;
+vLLM's numbers are the case of exactly 10 pages of 16 (``_pool``).
 """
 
 import pytest

@@ -22,9 +22,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pytest_kvcm.targets import PoolSpec
 from pytest_kvcm.targets.kvcm_targets import KvcmV1Target, KvcmV2Target
 
-PS = 16
+PS = 16        # the page size asked; prompts are cut at the target's own
 POOL = 12
-PREFIXES = [[1] * PS * 3, [1] * PS * 2 + [2] * PS, [3] * PS * 4, [4] * PS]   # families that share blocks
+PREFIXES = [[1, 1, 1], [1, 1, 2], [3, 3, 3, 3], [4]]   # families that share blocks: each block's one token id
 ORACLES = {"v1": KvcmV1Target, "v2": KvcmV2Target}   # the keys are contract.REUSE_ORACLES, checked at start-up
 
 
@@ -34,15 +34,15 @@ PROMPT = {"family": st.integers(0, len(PREFIXES) - 1), "keep": st.integers(0, 4)
           "tail": st.lists(st.sampled_from([5, 6]), min_size=0, max_size=3)}
 
 
-def _prompt(family: int, keep: int, tail: list[int]) -> list[int]:
-    """The first ``keep`` blocks of prefix ``family`` (as many as it has), then a block per ``tail`` entry."""
-    prefix = PREFIXES[family]
-    ids = prefix[:min(keep, len(prefix) // PS) * PS] + [t for t in tail for _ in range(PS)]
-    return ids or [7] * PS
+def _prompt(family: int, keep: int, tail: list[int], ps: int = PS) -> list[int]:
+    """The first ``keep`` blocks of prefix ``family`` (as many as it has), then a block per ``tail`` entry, in
+    blocks of ``ps`` tokens."""
+    blocks = PREFIXES[family][:keep] + list(tail)
+    return [t for t in blocks or [7] for _ in range(ps)]
 
 
-def _blocks(ids: list[int]) -> str:
-    return f"{len(ids) // PS} block(s) {ids[::PS]}"
+def _blocks(ids: list[int], ps: int = PS) -> str:
+    return f"{len(ids) // ps} block(s) {ids[::ps]}"
 
 
 def _agree(got, want, what: str) -> None:
@@ -59,9 +59,9 @@ def side_by_side_reuse(make_target):
             self.target = make_target(PoolSpec(num_pages=POOL, page_size=PS, max_model_len=1024, reuse=True))
             self.target.require_reuse()
             self.target.require("free_pages", "every admission and free count is compared with kvcm's one pool")
-            oracle = ORACLES[self.target.reuse_oracle]
-            self.oracle = oracle(PoolSpec(num_pages=self.target.usable_pages, page_size=PS, max_model_len=1024,
-                                          reuse=True))
+            oracle, self.ps = ORACLES[self.target.reuse_oracle], self.target.page_size
+            self.oracle = oracle(PoolSpec(num_pages=self.target.usable_pages, page_size=self.ps,
+                                          max_model_len=64 * self.ps, reuse=True))
             self.count = 0
 
         def _state(self, side):
@@ -70,21 +70,21 @@ def side_by_side_reuse(make_target):
         @rule(**PROMPT)
         def allocate_prompt(self, family, keep, tail):
             self.count += 1
-            ids, rid = _prompt(family, keep, tail), f"r{self.count}"
+            ids, rid = _prompt(family, keep, tail, self.ps), f"r{self.count}"
             assume(self.oracle.lookup(ids + [0]) == self.oracle.lookup(ids))   # not every block cached already
             if self.target.differs("whole_node_eviction", "only steps that evict nothing or are refused"):
                 # no step that evicts: a radix tree (SGLang) evicts whole nodes where kvcm evicts block by block
-                fresh = -(-len(ids) // PS) - self.oracle.lookup(ids) // PS
+                fresh = -(-len(ids) // self.ps) - self.oracle.lookup(ids) // self.ps
                 free, cached = self.oracle.free_pages(), self.oracle.cached_pages()
                 assume(fresh <= free - cached or fresh > free)
             got, want = self.target.allocate_prompt(rid, ids), self.oracle.allocate_prompt(rid, ids)
-            _agree(got, want, f"allocate_prompt {rid}, {_blocks(ids)} (None: refused; target {self._state(self.target)}; "
+            _agree(got, want, f"allocate_prompt {rid}, {_blocks(ids, self.ps)} (None: refused; target {self._state(self.target)}; "
                               f"kvcm {self.target.reuse_oracle} {self._state(self.oracle)})")
 
         @rule(**PROMPT)
         def lookup(self, family, keep, tail):
-            ids = _prompt(family, keep, tail)
-            _agree(self.target.lookup(ids), self.oracle.lookup(ids), f"lookup of {_blocks(ids)}")
+            ids = _prompt(family, keep, tail, self.ps)
+            _agree(self.target.lookup(ids), self.oracle.lookup(ids), f"lookup of {_blocks(ids, self.ps)}")
 
         @precondition(lambda self: self.oracle.requests)
         @rule(pick=st.integers(0, 15))
