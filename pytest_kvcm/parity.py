@@ -148,7 +148,7 @@ def compare_greedy(run_a: Callable, run_b: Callable, prompts: Sequence, *, names
                            margin_tolerance=margin_tolerance)
 
 
-def record(report: ParityReport, recorder, *, model: str | None = None, kvcm_version: str | None = None) -> None:
+def record_parity(report: ParityReport, recorder, *, model: str | None = None, kvcm_version: str | None = None) -> None:
     """Write one results-store row for a parity result (metric ``greedy_parity``, value = identical fraction)."""
     recorder.record(metric="greedy_parity", value=report.match_rate, passed=report.passed, model=model,
                     kvcm_version=kvcm_version, n=report.num_prompts,
@@ -189,7 +189,7 @@ class GreedyParity:
         self.reports.append(report)
         recorder = self._recorder() if record else None
         if recorder is not None:
-            record(report, recorder, model=model, kvcm_version=kvcm_version)
+            record_parity(report, recorder, model=model, kvcm_version=kvcm_version)
         if report.near_ties:
             self._request.node.user_properties.append(("kvcm:parity_near_ties", len(report.near_ties)))
         if not report.passed:
