@@ -20,8 +20,8 @@ declared difference of the adapter skipped or relaxed says so. Without ``--defec
 are not here are left out with one line (the built-in catalogue's are the project's own suites, which a wheel does
 not ship): a maintainer's directory runs the maintainer's own defects.
 
-Exits non-zero when a clean run fails or errors, or any defect is caught by fewer failed tests than required. Every input is
-checked before the first run (``check_inputs``): the options, ``KVCM_SENSITIVITY_JOBS`` and ``PYTEST_ADDOPTS``,
+Exits non-zero when a clean run fails or errors, or any defect is caught by fewer failed tests than required.
+Every input is checked before the first run (``check_inputs``): the options, ``KVCM_SENSITIVITY_JOBS`` and ``PYTEST_ADDOPTS``,
 the ``--json`` path, and, in the one pytest process that lists the defects, the lane, the targets and the
 ``--pytest-args`` (pytest's own usage error for them). Bad input exits 2 with one line on stderr.
 """

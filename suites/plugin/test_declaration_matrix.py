@@ -149,7 +149,8 @@ def _contract_modules() -> list[str]:
     import pytest_kvcm.contract
 
     here = Path(pytest_kvcm.contract.__file__).parent
-    return sorted(f"pytest_kvcm.contract.{p.stem}" for p in here.glob("test_target_*.py") if p.stem != "test_target_apis")
+    return sorted(f"pytest_kvcm.contract.{p.stem}" for p in here.glob("test_target_*.py")
+                  if p.stem != "test_target_apis")
 
 
 def test_no_declaration_buys_green(pytester):

@@ -85,3 +85,22 @@ def test_a_catcher_that_errors_is_broken_not_a_catch(pytester, monkeypatch, caps
     assert "raises (UNCAUGHT; 2 broken;" in out, out
     assert out.count("broken (errored before it could check; not a catch): test_probe_fixture::") == 2, out
     assert "ZeroDivisionError" in out, out
+
+
+def test_without_defect_only_the_defects_whose_catchers_are_here_run(tmp_path, monkeypatch, capsys):
+    """Issue 55.4: from a maintainer's directory the built-in catalogue (its catchers are this project's suites)
+    ran and went UNCAUGHT; now it is left out with one line, and with nothing left the run says what to do."""
+    from pytest_kvcm import sensitivity
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_mine.py").write_text("")
+    registry = {"builtin": {"catchers": ["suites/managers/test_budget.py::test_x"]},
+                "mine": {"catchers": ["test_mine.py::test_y"]},
+                "pyargs": {"catchers": ["pytest_kvcm.contract.test_target_lifecycle"]}}
+    args = argparse.Namespace(defect=None)
+    assert sensitivity._chosen_defects(args, registry) == ["mine", "pyargs"]
+    assert capsys.readouterr().err.startswith("kvcm sensitivity: 1 registered defect(s) left out, their catchers "
+                                              "not here (as suites/managers/test_budget.py)")
+    assert sensitivity._chosen_defects(argparse.Namespace(defect=["builtin"]), registry) == ["builtin"]
+    with pytest.raises(sensitivity.InputError, match="no defect to run here: register your own"):
+        sensitivity._chosen_defects(args, {"builtin": registry["builtin"]})
