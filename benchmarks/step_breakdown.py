@@ -43,17 +43,17 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 import _kernel_table as kt  # noqa: E402  (this directory's module, importable once the path is set)
 
 PEAK_GBPS = {"H100": 3350.0, "H200": 4800.0}      # HBM3 / HBM3e datasheet figures
-SMOLLM2_SHAPE = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                     num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
-                     rms_norm_eps=1e-5)
 
 
 def build_model(name: str, dtype: torch.dtype, device: str):
-    from kvcm.models import load_smollm2, tiny_model
+    """``smollm2``: the real weights; ``smollm2-shape``: random ones at its shape (``kvcm.models.shapes``);
+    ``tiny``: the 2-layer tiny llama."""
+    from kvcm.models import load_smollm2, smollm2_shape, tiny_model
     if name == "smollm2":
         return load_smollm2(dtype=dtype, device=device)[0]
-    overrides = SMOLLM2_SHAPE if name == "smollm2-shape" else {}
-    return tiny_model("llama", seed=0, dtype=dtype, device=device, **overrides)[0]
+    if name == "smollm2-shape":
+        return smollm2_shape(dtype=dtype, device=device)
+    return tiny_model("llama", seed=0, dtype=dtype, device=device)[0]
 
 
 def step_bytes(config, *, num_tokens: int, seq_lens, num_logits: int, elt: int, kv_elt: int) -> dict[str, int]:
