@@ -86,7 +86,13 @@ def reference(model, ps, new_tokens: int | None = None, **kw):
     return hf_generate(model, ps, new_tokens or SCALE.new_tokens, eos_token_id=[], **kw)
 
 
+#: Logit margins below this are near ties fp32 rounding may flip: a GEMM of another shape (the fused q/k/v
+#: projection against three, a prefill chunk of other length) sums in another order, and 30 layers carry it to
+#: the logits at ~1e-5. A first difference at a larger margin fails.
+NEAR_TIE = 1e-4
+
+
 def assert_parity(ref, outs, ps, what: str) -> None:
     """Token for token; a failure names the prompt, the first differing position and its logit margin."""
-    report = compare_outputs(ref, outs, ps, names=("hf", what))
+    report = compare_outputs(ref, outs, ps, names=("hf", what), margin_tolerance=NEAR_TIE)
     assert report.passed, report.format()
