@@ -57,7 +57,7 @@ class UserCallbackError(KvcmError, RuntimeError):
 
     def __init__(self, callback: str, problem: str):
         self.callback, self.problem = callback, problem
-        super().__init__(f"{callback} (code handed in by the user) {problem}")
+        super().__init__(f"{callback} {problem}")
 
 
 class UnknownRequestError(KvcmError, KeyError):

@@ -125,10 +125,10 @@ def test_the_error_says_what_the_clock_did():
     clock.now = 5
     mgr.refresh_blocks()
     clock.fail = "backwards"
-    with pytest.raises(UserCallbackError, match=r"clock_ms .* returned 4(\.0)?, below its last reading 5"):
+    with pytest.raises(UserCallbackError, match=r"clock_ms returned 4(\.0)?, below its last reading 5"):
         mgr.free_resources("r")
     clock.fail = "raises"
-    with pytest.raises(UserCallbackError, match="clock_ms .* raised RuntimeError: the clock's source is gone") as err:
+    with pytest.raises(UserCallbackError, match="clock_ms raised RuntimeError: the clock's source is gone") as err:
         mgr.free_resources("r")
     assert isinstance(err.value.__cause__, RuntimeError)
 
