@@ -13,7 +13,7 @@ from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .free_queue import QueuedBlockPool
 from .reuse.version_rules import V1ReuseRules
-from .reuse.host_tier import TieredReuseCache, host_blocks
+from .reuse.host_tier import TieredReuseCache, check_host_memory, host_blocks
 from .reuse.queued_cache import QueuedReuseCache
 from .retention_clock import RetentionClock, reads_clock
 
@@ -38,6 +38,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
         n = host_blocks(cfg.host_cache_size, sum(g.bytes_per_block for g in self.layer_groups))
         if n == 0:
             return super()._make_reuse_cache()
+        check_host_memory(cfg.host_cache_size, [n] * len(self.pools), self.pools)
         return TieredReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
                                 num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
                                 offload_min_priority=cfg.offload_min_priority, policy=self.policy)

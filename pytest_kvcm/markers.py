@@ -23,6 +23,7 @@ The machine facts come from :mod:`pytest_kvcm.machine` (``--kvcm-machine`` simul
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -48,8 +49,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
     scale = config.getoption("kvcm_exhaustive_scale", 1.0)
-    if not scale > 0:
-        raise pytest.UsageError(f"--kvcm-exhaustive-scale={scale}: must be a number > 0 (1 is the default run)")
+    if not (scale > 0 and math.isfinite(scale)):     # inf passed "> 0", then every explorer test errored at setup
+        raise pytest.UsageError(f"--kvcm-exhaustive-scale={scale}: must be a finite number > 0 (1 is the default "
+                                f"run)")
 
 
 def gpu_requirement(mark: pytest.Mark, where: str) -> tuple[int, float | None, int | None]:
