@@ -76,3 +76,31 @@ def test_a_hook_that_raises_is_named_and_the_books_stay(hook, call):
         call(target)
     assert err.value.callback == f"adapter Flaky, {hook}"
     assert (target.requests, {r: target.tokens(r) for r in target.requests}) == before
+
+
+def test_a_users_defect_whose_patch_raises_is_a_usage_error_naming_it(pytester):
+    """A user's defect (``registry.register(..., patch)``) is code handed in too: a patch that raises part way is a
+    usage error naming the defect, and what it had patched is undone (it was an ``INTERNALERROR`` traceback)."""
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider -p no:hypothesispytest -p no:randomly\n")
+    pytester.makeconftest('''
+import json
+
+
+def _patch(mp):
+    mp.setattr(json, "dumps", None)
+    raise ZeroDivisionError("the adapter moved")
+
+
+def pytest_kvcm_register_defects(registry):
+    registry.register("mine", "a story", _patch)
+''')
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    import json
+
+    dumps = json.dumps
+    result = pytester.runpytest_inprocess("--kvcm-inject=mine")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, text
+    assert "INTERNALERROR" not in text
+    assert "--kvcm-inject=mine: the defect's patch raised ZeroDivisionError: the adapter moved" in text
+    assert json.dumps is dumps
