@@ -175,7 +175,8 @@ def main(argv=None) -> tuple[int, dict]:
     ap.add_argument("--model", choices=["smollm2-shape", "smollm2", "tiny"], default="smollm2-shape")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, help="default bfloat16 on CUDA, float32 elsewhere")
-    ap.add_argument("--kvcm-versions", default="v1,v2")
+    ap.add_argument("--kvcm-versions", nargs="+", default=["v1", "v2"],
+                    help="v1 v2, comma- or space-separated (as fewshot.py and host_step.py take them)")
     ap.add_argument("--prefixes", type=int, default=64)
     ap.add_argument("--prefix-len", type=lengths, default=(2048, 4096), help="N or LO-HI tokens a prefix")
     ap.add_argument("--batch", type=int, default=16)
@@ -188,6 +189,16 @@ def main(argv=None) -> tuple[int, dict]:
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="a tiny model on the CPU, a smoke run")
     args = ap.parse_args(argv)
+    from kvcm.versions import NAMES as ALL_VERSIONS
+    versions = [v for given in args.kvcm_versions for v in given.split(",") if v]
+    if not versions or set(versions) - set(ALL_VERSIONS):
+        raise SystemExit(f"--kvcm-versions {' '.join(args.kvcm_versions)!r}: some of {', '.join(ALL_VERSIONS)}, "
+                         "comma- or space-separated")
+    if args.json:  # checked before minutes of work: never an input, never a file this benchmark did not write
+        from pytest_kvcm.paths import report_problem
+        problem = report_problem(args.json, "arms", "copy_seconds_per_block")
+        if problem:
+            raise SystemExit(f"{ap.prog}: --json {args.json}: {problem}")
     if args.quick:
         args.model, args.device, args.prefixes, args.prefix_len = "tiny", "cpu", 6, (64, 96)
         args.batch, args.gpu_prefixes, args.new_tokens, args.max_num_tokens = 2, 2, 4, 256
@@ -195,7 +206,6 @@ def main(argv=None) -> tuple[int, dict]:
     args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
     args.cuda_graph = args.cuda_graph and cuda
     args.gpu_prefixes = args.gpu_prefixes or args.batch
-    versions = [v.strip() for v in args.kvcm_versions.split(",") if v.strip()]
     model = build_model(args)
     rounds = workload(args, model.config.vocab_size)
     longest = max(len(p) for p in rounds[0]) + args.new_tokens
