@@ -1,4 +1,4 @@
-"""The GPU smoke tests (``suites/engine/gpu_smoke``, lane ``ci/l0_gpu_smoke.yml``) in their CPU form: the same
+"""The GPU smoke tests (``suites/engine/gpu_smoke``, the pre-merge stage of ``ci/l0_h100.yml``) in their CPU form: the same
 tests at a CPU's scale (``_smoke.CPU_SCALE``: fewer layers, short windows and chunks), the kernel tests under the
 Triton interpreter and the rest on the torch attention path. Minutes on a 2-core machine: post-merge work, so
 a change to a smoke test is proved here before a GPU runs it."""
@@ -14,6 +14,7 @@ from kvcm.engine import triton_attention
 SMOKE = Path(__file__).resolve().parent / "gpu_smoke"
 
 
+@pytest.mark.cpu_only
 @pytest.mark.post_merge
 @pytest.mark.slow
 @pytest.mark.parametrize("form", ["kernels_interpreted", "torch_path"])

@@ -20,6 +20,7 @@ def test_round_two_is_split_into_prefill_and_decode_steps():
                      "decode_steps": 2}
 
 
+@pytest.mark.cpu_only
 @pytest.mark.post_merge
 def test_quick_run_reports_both_versions_with_and_without_the_tier(tmp_path):
     """Six prefixes through a GPU pool of two prompts: with the tier round 2 brings blocks back and computes less,
