@@ -16,6 +16,7 @@ import os
 import pytest
 
 import kvcm.policy
+from pytest_kvcm.markers import exhaustive_scale
 
 from .configs import Config
 from .search import Explorer, Report
@@ -105,7 +106,7 @@ def search_all(configs: list[Config], scale: float = 1.0, defect: str | None = N
 @pytest.fixture(scope="session")
 def exhaustive_reports(request) -> dict[Config, Report]:
     """The reports of every configuration this session selected, searched together on first use."""
-    return run_configs(_selected(request.session), request.config.getoption("kvcm_exhaustive_scale"),
+    return run_configs(_selected(request.session), exhaustive_scale(request.config),
                        injected_name(request.config))
 
 
@@ -115,7 +116,7 @@ def default_run_reports(request) -> dict[Config, Report]:
     errors here, in set-up: no count to judge."""
     from .configs import default_configs
 
-    reports = run_configs(default_configs(), request.config.getoption("kvcm_exhaustive_scale"),
+    reports = run_configs(default_configs(), exhaustive_scale(request.config),
                           injected_name(request.config))
     broken = [r.line() for r in reports.values() if r.broken]
     if broken:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_kvcm.markers import exhaustive_scale
+
 from .configs import default_configs, deep_configs
 from .search import explain
 
@@ -38,7 +40,7 @@ def test_deep_explorer_finds_no_violation(cfg, explorer_report):
 def test_default_run_reaches_its_states(default_run_reports, request):
     """The default configurations together reach DEFAULT_STATES distinct states (all of them are searched when
     this test is selected alone; a --kvcm-exhaustive-scale below 1 lowers the mark with the budgets)."""
-    scale = request.config.getoption("kvcm_exhaustive_scale")
+    scale = exhaustive_scale(request.config)
     total = sum(r.states for r in default_run_reports.values())
     want = DEFAULT_STATES * min(1.0, scale)
     assert total >= want, f"{total} distinct states in the default run, below {want:.0f}"
