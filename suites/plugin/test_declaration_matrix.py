@@ -9,7 +9,8 @@ How a cell is judged: one pytest run holds every cell as a target of its own (th
 under each declaration). A failing test catches a bug only where the clean manager under the same declaration
 passes that test (a key that does not fit the manager fails a correct one too: that is the key's failure, not a
 catch), and only a failed check counts, never an error. A cell stops at its first catch, and the clean manager's
-tests stop once every bug under its declaration is caught, so the run is seconds, not a contract run a cell.
+tests stop once every bug under its declaration is caught (undeclared, it runs them all: docs/contract.md says
+the example passes every contract test), so the run is seconds, not a contract run a cell.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def pytest_runtest_setup(item):
         pytest.skip("no target")
     if bug != "clean" and name in CAUGHT:
         pytest.skip("caught already")
-    if bug == "clean" and all(f"{{b}}.{{declaration}}" in CAUGHT for b in BUGS):
+    if bug == "clean" and declaration != "none" and all(f"{{b}}.{{declaration}}" in CAUGHT for b in BUGS):
         pytest.skip("every bug under this declaration is caught")
 
 
@@ -169,15 +170,7 @@ def test_no_declaration_buys_green(pytester):
             rows.append(f"{d} x {bug}: " + (f"caught by {caught[cell]}, but EXCUSED says {excused!r}" if excused
                                               else f"NOT CAUGHT ({BUGS[bug][0]})"))
     assert not rows, "\n".join(rows) + "\n\n" + result.stdout.str()[-4000:]
-    clean = [line for line in result.stdout.lines if "FAILED" in line and "clean.none" in line]
-    assert not clean, clean   # the example, undeclared, passes every contract test
-
-
-def test_the_example_manager_passes_the_contract(pytester):
-    """docs/contract.md's claim: nothing declared but sliding_window, every contract test passes."""
-    pytester.makeconftest(example_manager())
-    result = pytester.runpytest_subprocess("--kvcm-target=mine-cached", "-p", "no:randomly", "-q",
-                                           "--pyargs", *_contract_modules())
-    assert result.ret == 0, result.stdout.str()[-3000:]
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("passed", 0) >= 30 and "failed" not in outcomes, outcomes
+    # docs/contract.md's claim: the example, nothing declared but sliding_window, passes every contract test (the
+    # clean manager undeclared is the one cell that runs them all)
+    clean = [line for line in result.stdout.lines if "[clean.none" in line and ("FAILED" in line or "ERROR" in line)]
+    assert not clean, clean
