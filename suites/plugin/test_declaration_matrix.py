@@ -57,6 +57,8 @@ PLUGIN = '''
 of the installed contract package (a conftest's see only its own directory's)."""
 import json
 
+import pytest
+
 from pytest_kvcm.targets.differences import KEYS, NOTES
 
 SOURCE = {source!r}
@@ -107,8 +109,6 @@ def _cell(item):
 
 
 def pytest_runtest_setup(item):
-    import pytest
-
     name, bug, declaration, _ = _cell(item)
     if name is None:
         pytest.skip("no target")
@@ -124,8 +124,7 @@ def pytest_runtest_makereport(item, call):
     name, bug, declaration, test = _cell(item)
     if name is None:
         return
-    failed = call.excinfo is not None and not call.excinfo.errisinstance(
-        __import__("_pytest.outcomes", fromlist=["Skipped"]).Skipped)
+    failed = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
     if bug == "clean":
         CLEAN[(declaration, test)] = not failed
     elif failed and CLEAN.get((declaration, test)) and name not in CAUGHT:
