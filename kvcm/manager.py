@@ -20,6 +20,7 @@ from .block_pool import BlockPool
 from .layer_groups import LayerGroup, build_layer_groups
 from .limits import MAX_BATCH_SIZE, Limits  # noqa: F401  (MAX_BATCH_SIZE: kvcm.MAX_BATCH_SIZE)
 from .model_spec import ModelSpec
+from .events.api import EventsMixin
 from .reuse.api import ReuseMixin
 from .parallel import Mapping
 from .policy import resolve as resolve_policy
@@ -58,7 +59,7 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
     return None
 
 
-class BaseKVCacheManager(ReuseMixin):
+class BaseKVCacheManager(ReuseMixin, EventsMixin):
     kvcm_version = "base"
     _pool_class = BlockPool          # V1 takes TensorRT-LLM's free-queue order (kvcm/free_queue.py)
     version = renamed_attribute("kvcm_version")
@@ -108,6 +109,7 @@ class BaseKVCacheManager(ReuseMixin):
         self._seqs: dict[object, _Sequence] = {}
         self._views: dict[int, torch.Tensor] = {}
         self._init_reuse()
+        self._init_events()
 
     # ---- the limits, read through ---------------------------------------------------------------------------
     max_batch_size = property(lambda self: self.limits.max_batch_size)

@@ -11,7 +11,7 @@ and a defect of ``pytest_kvcm.defects`` is one such replacement, handed to one m
 
 The decisions are declared by subsystem, one module each: layer groups (``layers``), pool sizing (``sizing``),
 DeepSeek-V4's bytes (``deepseek_v4``), dummies and warmup (``warmup``), block reuse (``reuse``), the host tier and
-retention (``host_tier``), the engine (``engine``).
+retention (``host_tier``), KV cache events (``events``), the engine (``engine``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ._decisions import Decision
 from .deepseek_v4 import DeepseekV4Decisions
 from .engine import EngineDecisions
+from .events import EventDecisions
 from .host_tier import HostTierDecisions
 from .layers import LayerDecisions
 from .reuse import ReuseDecisions
@@ -32,7 +33,7 @@ from .warmup import WarmupDecisions
 __all__ = ["DECISIONS", "DEFAULT", "Decision", "Policy", "active", "applied", "resolve"]
 
 _SUBSYSTEMS = (LayerDecisions, SizingDecisions, DeepseekV4Decisions, WarmupDecisions, ReuseDecisions,
-               HostTierDecisions, EngineDecisions)
+               HostTierDecisions, EventDecisions, EngineDecisions)
 
 DECISIONS: dict[str, Decision] = {}     # name -> Decision, every subsystem's, in declaration order
 for _cls in _SUBSYSTEMS:

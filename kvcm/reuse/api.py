@@ -192,6 +192,8 @@ class ReuseMixin:
                 else:
                     table[i] = -2                # a fresh page, below
             tables.append(table)
+        cache.events.claimed(cache, match.nodes + ([match.partial] if match.partial is not None else []),
+                             state.context_retention)
         rules.retain_claimed(match.nodes, state, tpb, self.policy)
         source = match.partial
         if source is not None and match.in_place:      # the block keeps its priority unless a range sets one
@@ -199,8 +201,9 @@ class ReuseMixin:
             p, d = state.context_retention[i] if i < len(state.context_retention) else (None, None)
             state.kept_retention[i] = (source.priority if p is None else p, d)
         for g, table in enumerate(tables):
-            if source is not None and match.in_place:
-                table.append(cache.unset_page(source, g, free=False))   # the leaf leaves the tree, now private
+            if source is not None and match.in_place:      # the leaf leaves the tree, now private
+                with cache.events.silenced(not self.policy.in_place_take_announced):
+                    table.append(cache.unset_page(source, g, free=False))
             elif source is not None:
                 cache.claim(source, g)       # held while the copy's page is found: never its own victim
         for g, (pool, table, need) in enumerate(zip(self.pools, tables, needs)):
@@ -255,6 +258,7 @@ class ReuseMixin:
         rules = self._reuse_rules
         store(self._reuse, seq.reuse, seq.blocks, upto, rules.store_groups(self.layer_groups, when),
               partial=partial, rebase=rules.rebase, tpb=self.tokens_per_block)
+        self._reuse.events.end_store()       # V1: one stored event a store call and group
 
     def _free_reuse(self, seq) -> None:
         """Give back a request made with token ids: tree pages lose a reference, private pages go free."""

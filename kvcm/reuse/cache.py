@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 
+from ..events.emitter import NO_EVENTS
 from ..policy import resolve
 from .eviction import EvictionQueue
 from .stats import BlockCounts, ReuseCounters
@@ -19,6 +20,8 @@ from .tree import Node, RadixTree, deepest_first
 
 
 class ReuseCache:
+    events = NO_EVENTS        # the manager's event emitter (kvcm.events), set when its events are on
+
     def __init__(self, pools, groups, leaf_only: list[bool], *, policy=None):
         """``policy``: the manager's decisions (None: the active policy), for the cache's life."""
         self.policy = resolve(policy)
@@ -101,10 +104,12 @@ class ReuseCache:
         self.page_node[g][page] = node
         if node.parent is not None:
             node.parent.child_pages[g] += 1
+        self.events.stored(self, node, g)
 
     def unset_page(self, node: Node, g: int, *, free: bool) -> int:
         """Take the node's page in group g out of the tree; with ``free`` it goes back to the pool (an eviction),
         otherwise it stays with the request that holds it (a partial block taken over in place)."""
+        self.events.removed(self, node, g)
         page = node.pages[g]
         del self.page_node[g][page]
         node.pages[g] = -1
@@ -164,14 +169,16 @@ class ReuseCache:
     def _detach_descendants(self, node: Node, g: int) -> None:
         """Take every descendant's page in group g out of the tree, deepest first: an unheld one goes free, a
         held one stays with its request as a private page (TensorRT-LLM detachDescendantsFromLookupTree)."""
-        for child in deepest_first(node):
-            if child.pages[g] >= 0:
-                self.unset_page(child, g, free=child.refs[g] == 0)
+        with self.events.silenced(not self.policy.removed_event_for_descendants):
+            for child in deepest_first(node):
+                if child.pages[g] >= 0:
+                    self.unset_page(child, g, free=child.refs[g] == 0)
 
     def reset(self) -> None:
         """Drop every cached page (the caller checked that no request holds any)."""
         for g in range(len(self.pools)):
             for page, node in list(self.page_node[g].items()):
+                self.events.removed(self, node, g)
                 node.pages[g] = -1
                 self.policy.release_block(self.pools[g], page)
             self.page_node[g].clear()

@@ -168,6 +168,7 @@ class LeveledReuseCache(ReuseCache):
         priority = node.priority if self.policy.offload_keeps_priority else DEFAULT_PRIORITY
         self._queue_host(g, row, priority, next(self._arrivals))
         self.offloaded += 1
+        self.events.moved(self, node, g, 0, 1)
 
     # ---- the host level's own eviction -------------------------------------------------------------------------
     def _queue_host(self, g: int, row: int, priority: int, arrival: int) -> None:
@@ -196,13 +197,16 @@ class LeveledReuseCache(ReuseCache):
         victims count as dropped (``iter_host_dropped_blocks``: the last level's direct LRU victims, not the
         fallen pages it had no room for nor the descendants the tree lets go)."""
         if self.groups[g].is_full and self.policy.host_drop_takes_descendants:
-            for child in deepest_first(node):
-                self._forget(child, g)
+            with self.events.silenced(not self.policy.removed_event_for_descendants):
+                for child in deepest_first(node):
+                    self._forget(child, g)
         self._forget(node, g)
         self.host_dropped += victim
 
     def _forget(self, node: Node, g: int) -> None:
         """Whatever the node holds in group g, on either level or pending between them, leaves the tree."""
+        if node.host[g] != -1:              # a GPU page is announced by unset_page
+            self.events.removed(self, node, g)
         if node.host[g] == _PENDING:
             node.host[g] = -1
             self.pools[g].num_reusable -= 1
@@ -266,6 +270,7 @@ class LeveledReuseCache(ReuseCache):
         if node.parent is not None:
             node.parent.child_pages[g] += 1
         self.onboarded += 1
+        self.events.moved(self, node, g, 1, 0)
         return page
 
     # ---- storing a block that is resident on the host ----------------------------------------------------------
@@ -279,6 +284,7 @@ class LeveledReuseCache(ReuseCache):
     def reset(self) -> None:
         for g, host in enumerate(self.host):
             for row in list(self.host_node[g]):
+                self.events.removed(self, self.host_node[g][row], g)
                 host.release([row])
                 self.host_node[g][row].host[g] = -1
             self.host_node[g].clear()

@@ -80,6 +80,7 @@ class TieredReuseCache(QueuedReuseCache):
                 and len(host.queue) > 0) or self._front_host_block_is_above(g, node):
             super()._take_cached(g, page)
             return
+        self.events.moved(self, node, g, 0, 1)      # announced before the host block it displaces is removed
         target = host.allocate(1)[0]                 # the host queue's front: empty, or a cached host block
         self._drop_host_block(g, target)
         if host.storage is not None and self.pools[g].storage is not None:
@@ -125,6 +126,7 @@ class TieredReuseCache(QueuedReuseCache):
         self.host_dropped += 1
 
     def _unset_host(self, node: Node, g: int) -> None:
+        self.events.removed(self, node, g)
         row = node.host[g]
         del self.host_node[g][row]
         node.host[g] = -1
@@ -136,9 +138,10 @@ class TieredReuseCache(QueuedReuseCache):
     def _detach_subtree(self, node: Node, g: int) -> None:
         """As ``QueuedReuseCache._detach_subtree``, for descendants on either tier: a host descendant's page is
         empty where it waits in the host queue."""
-        for child in deepest_first(node):
-            if child.host[g] >= 0 and child.refs[g] == 0:
-                self._unset_host(child, g)
+        with self.events.silenced(not self.policy.removed_event_for_descendants):
+            for child in deepest_first(node):
+                if child.host[g] >= 0 and child.refs[g] == 0:
+                    self._unset_host(child, g)
         super()._detach_subtree(node, g)
 
     # ---- onboard: a request reuses a block from the host tier ------------------------------------------------
@@ -168,6 +171,7 @@ class TieredReuseCache(QueuedReuseCache):
         if node.parent is not None:
             node.parent.child_pages[g] += 1
         self.onboarded += 1
+        self.events.moved(self, node, g, 1, 0)
         return page
 
     def unclaim_host(self, node: Node, g: int) -> None:
@@ -187,6 +191,7 @@ class TieredReuseCache(QueuedReuseCache):
     def reset(self) -> None:
         for g, host in enumerate(self.host):
             for row, node in list(self.host_node[g].items()):
+                self.events.removed(self, node, g)
                 host.unqueue(row)
                 node.host[g] = -1
                 host._used[row] = 0

@@ -115,14 +115,15 @@ class QueuedReuseCache(ReuseCache):
     def _detach_subtree(self, node: Node, g: int) -> None:
         """``detachDescendantsFromLookupTree`` for one group, deepest first."""
         pool = self.pools[g]
-        for child in deepest_first(node):
-            page = child.pages[g]
-            if page < 0:
-                continue
-            unheld = child.refs[g] == 0
-            super().unset_page(child, g, free=False)
-            if unheld:
-                pool.mark_empty(page)       # keeps its place in the queue, now an empty block
+        with self.events.silenced(not self.policy.removed_event_for_descendants):
+            for child in deepest_first(node):
+                page = child.pages[g]
+                if page < 0:
+                    continue
+                unheld = child.refs[g] == 0
+                super().unset_page(child, g, free=False)
+                if unheld:
+                    pool.mark_empty(page)       # keeps its place in the queue, now an empty block
 
     def evict(self, g: int, n: int) -> None:
         raise RuntimeError("V1's queued pool evicts as it allocates")

@@ -14,7 +14,9 @@ A configuration with ``retention`` also admits requests with a ``KvCacheRetentio
 on the first block, a timed low one on decode blocks: TensorRT-LLM's token ranges and ``decode_duration_ms``),
 moves the manager's clock a millisecond at a time (``tick``, a few times at most, so the states stay finite) and
 calls ``refresh_blocks``; one with ``scopes`` admits under a ``cache_salt`` and a ``lora_task_id`` too, whose
-blocks no other scope may match.
+blocks no other scope may match. One with ``events`` (``event_buffer_max_size``) reads them as a router does
+between steps (``flush_iteration_events``, ``get_latest_events``; the search itself reads them after every call,
+``events_check.py``) and asks with a negative wait.
 
 A new manager operation or option joins this alphabet (``enabled`` and ``apply``) in the same change.
 """
@@ -128,6 +130,8 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
         ops.append(("refresh",))
     if cfg.retention and hasattr(mgr.pools[0], "clock") and mgr.pools[0].clock() < MAX_TICKS:   # V1's clock
         ops.append(("tick",))
+    if cfg.events:
+        ops += [("events",), ("bad-events?",)]
     return ops
 
 
@@ -217,6 +221,9 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
     elif kind == "reset":
         if not m.reset_prefix_cache():
             raise Refused
+    elif kind == "events":           # a router's read between steps: the check drained the last call's already
+        m.flush_iteration_events()
+        assert m.get_latest_events(0) == [] and m.get_latest_events() == [], "events read twice"
     else:
         raise ValueError(op)
     return Driver(tuple(slots), drv.dummies)
@@ -254,6 +261,8 @@ def _bad_input(m, cfg, prompts, drv: Driver, op: tuple) -> None:
         m.add_sequence(rid(s), list(prompts[0]))
     elif kind == "free-unknown?":
         m.free_resources(rid(s))
+    elif kind == "bad-events?":       # a negative wait
+        m.get_latest_events(timeout_ms=-1)
     else:
         raise ValueError(op)
 
