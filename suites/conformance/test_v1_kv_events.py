@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import kvcm.policy
 from _reuse_steps import add, manager
-from kvcm.events import KVCacheCreatedData, KVCacheRemovedData, KVCacheStoredData, KVCacheUpdatedData
+from kvcm.events import (KVCacheCreatedData, KVCacheRemovedData, KVCacheStoredBlockData, KVCacheStoredData,
+                         KVCacheUpdatedData)
 from kvcm.events.hashing import hash_v1_block_key
+from kvcm.events.queue import V1Queue
 from kvcm.events.shadow import ShadowIndex, cached_blocks, differences
 from kvcm.reuse.retention import KvCacheRetentionConfig as Retention, TokenRangeRetentionConfig as Range
 
@@ -133,11 +135,11 @@ def test_kv_cache_manager_event_stream_priority():
     in place (``freeLeafBlock``) without a removed event, so a router keeps offering a block being written by
     another request until it is stored again. kvcm announces the removal (``in_place_take_announced``): 2 events,
     removed then stored; with upstream's decision the numbers are upstream's (docs/findings.md)."""
-    for policy, second in ((kvcm.policy.DEFAULT, ["removed", "stored"]),
-                           (kvcm.policy.DEFAULT.replacing(in_place_take_announced=False), ["stored"])):
+    ours = kvcm.policy.active()
+    for policy, second in ((ours, ["removed", "stored"]), (ours.replacing(in_place_take_announced=False), ["stored"])):
         with kvcm.policy.applied(policy):
             mgr = _events_manager()
-        read = Reader(mgr) if policy is kvcm.policy.DEFAULT else None
+        read = Reader(mgr) if policy is ours else None
         get = read or (lambda: (mgr.flush_iteration_events(), mgr.get_latest_events())[1])
         add(mgr, 0, list(range(8)), retention_config=Retention(token_range_retention_configs=(Range(0, None, 50),)))
         mgr.free_resources(0)
@@ -182,13 +184,33 @@ def test_events_off_by_default():
 
 def test_eviction_announces_the_descendants_it_detaches():
     """``getFreeBlock``'s ``freeChildren`` (TensorRT-LLM PR #16335 fixed descendants left unannounced): a cached
-    block evicted with its cached child is announced with the child, child first, in one removed event."""
+    first block kept at priority 10 goes before its children at 35, and takes them out of the tree with it; the
+    removed event names all three, children first."""
     mgr = manager("v1", blocks=3, event_buffer_max_size=64)
     read = Reader(mgr)
     read()
-    add(mgr, 0, [1] * 9)                      # [1]*4, [1]*4 stored at context end, the partial [1] at release
-    mgr.free_resources(0)
+    add(mgr, 0, [1] * 10, retention_config=Retention(token_range_retention_configs=(Range(0, 4, 10),)))
+    mgr.free_resources(0)                     # [1]*4 at 10, [1]*4 and the partial [1] at 35, all cached
     stored = [b.block_hash for e in read() for b in e.data.blocks]
-    add(mgr, 1, [2] * 9)                      # three fresh blocks: the root block goes, with its descendants
+    add(mgr, 1, [2] * 4)                      # one fresh block: the lowest priority goes, with its descendants
     removed = [h for e in read() if e.kind == "removed" for h in e.data.block_hashes]
-    assert sorted(removed) == sorted(stored) and removed[-1] == stored[0]
+    assert len(stored) == 3 and sorted(removed) == sorted(stored) and removed[-1] == stored[0]
+
+
+def test_removals_keep_their_place_among_stores():
+    """``enqueueRemovedEvent`` joins a removal to the last queued event only, when that is a removed event of the
+    same window: a block evicted, then a block stored, then that block evicted reach a router in that order
+    (TensorRT-LLM PR #11883), so it ends without the block."""
+    q = V1Queue(16, "v1_block_key", kvcm.policy.active())
+    q.removed(4096, 0, 1)
+    q.removed(4096, 0, 2)                    # joins the last event: same group
+    q.stored(4096, 0, None, KVCacheStoredBlockData(3, (3,), None, 0, 35))
+    q.end_store()
+    q.removed(4096, 0, 3)
+    q.removed(4096, 1, 4)                    # another group: an event of its own
+    q.flush()
+    events = q.take()
+    assert [(e.kind, e.layer_group_id) for e in events] == [("removed", 0), ("stored", 0), ("removed", 0),
+                                                            ("removed", 1)]
+    assert events[0].data.block_hashes == (1, 2) and events[2].data.block_hashes == (3,)
+    assert not ShadowIndex().apply(events).blocks

@@ -206,3 +206,25 @@ def test_v1_and_v2_managers_emit_same_v1_hash_stored_events():
     add(mgr, 0, list(range(1, 7)), cache_salt=123)
     mgr.free_resources(0)
     assert _stored_hashes(_read(mgr)) == [6280297290684427985, 18177682803760873588]
+
+
+def test_v2_a_sliding_page_evicted_alone_is_removed_from_its_group_only():
+    """``add_removed_life_cycle_event``: a sliding-window group's page that falls out of the window and is evicted
+    is announced removed for that layer group alone; the full group, whose page the running request still holds,
+    keeps the block in every router's index."""
+    spec = ModelSpec((LayerSpec(1, 64, "bfloat16", None, model_layer=0), LayerSpec(1, 64, "bfloat16", 4,
+                                                                                    model_layer=1)), name="swa")
+    per_block = 2 * 2 * 64 * 4
+    mgr = kvcm.create_kv_cache_manager("v2", spec, KvCacheConfig(
+        tokens_per_block=4, max_gpu_total_bytes=16 * per_block, pool_ratio=(10, 6), event_buffer_max_size=64),
+        max_batch_size=4, max_seq_len=256, device="meta")
+    full, window = (g.index for g in sorted(mgr.layer_groups, key=lambda g: g.window is not None))
+    assert (mgr.pools[full].num_blocks, mgr.pools[window].num_blocks) == (10, 6)
+    index = ShadowIndex()
+    _read(mgr, index)
+    add(mgr, 0, list(range(12)))             # its window pages before the last block are stored, then released
+    _read(mgr, index)
+    add(mgr, 1, list(range(100, 120)))       # five window pages, three free: request 0's released ones go
+    removed = [e for e in _read(mgr, index) if e.kind == "removed"]
+    assert removed and {e.layer_group_id for e in removed} == {window}
+    assert mgr.has_request(0) and all((full, h) in index.blocks for e in removed for h in e.data.block_hashes)
