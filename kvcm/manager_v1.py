@@ -13,8 +13,9 @@ from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .free_queue import QueuedBlockPool
 from .reuse.version_rules import V1ReuseRules
-from .reuse.host_tier import TieredReuseCache, host_blocks
+from .reuse.host_tier import TieredReuseCache, check_host_memory, host_blocks
 from .reuse.queued_cache import QueuedReuseCache
+from .retention_clock import RetentionClock, reads_clock
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
@@ -24,12 +25,20 @@ class KVCacheManagerV1(BaseKVCacheManager):
     _cache_class = QueuedReuseCache
     _host_tier = True
 
+    def _init_reuse(self) -> None:
+        """One ``RetentionClock`` for every pool, the host tier's included (it takes the GPU pools' clock)."""
+        clock = RetentionClock()
+        for pool in self.pools:
+            pool.clock = clock
+        super()._init_reuse()
+
     def _make_reuse_cache(self):
         """With ``host_cache_size``, TensorRT-LLM's secondary pool: floor(bytes / block bytes) blocks per group."""
         cfg = self.kv_cache_config
         n = host_blocks(cfg.host_cache_size, sum(g.bytes_per_block for g in self.layer_groups))
         if n == 0:
             return super()._make_reuse_cache()
+        check_host_memory(cfg.host_cache_size, [n] * len(self.pools), self.pools)
         return TieredReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
                                 num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
                                 offload_min_priority=cfg.offload_min_priority, policy=self.policy)
@@ -187,3 +196,16 @@ class KVCacheManagerV1(BaseKVCacheManager):
             return False
         self._seq(request_id).history = token_num - 1 if is_gen else 0
         return True
+
+
+# The calls that may start or check a retention timer: a release (``free_resources``, a shrinking ``_set_tokens``:
+# a rewind, rejected drafts), an allocation that may offload a timed block to the host tier (``add_sequence``, a
+# growing ``_set_tokens``, dummies), ``refresh_blocks``; and ``begin_context_chunk``, which frees the request it made
+# when its ``_set_tokens`` fails. With a user's clock each reads it once before it changes anything
+# (kvcm/retention_clock.py); a decode step within the blocks a request holds reads none (the engine's hot path).
+# V1 stores blocks without releasing any (rebasing is V2's), so ``append_tokens`` and ``end_context_chunk`` read none.
+# The exhaustive explorer runs every operation with a clock that fails.
+CLOCK_READERS = ("add_sequence", "begin_context_chunk", "_set_tokens", "free_resources", "add_dummy_requests",
+                 "refresh_blocks")
+for _name in CLOCK_READERS:
+    setattr(KVCacheManagerV1, _name, reads_clock(getattr(KVCacheManagerV1, _name)))

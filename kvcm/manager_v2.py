@@ -17,6 +17,7 @@ from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .reuse.host_level import LeveledReuseCache, host_level_blocks
+from .reuse.host_tier import check_host_memory
 from .reuse.version_rules import V2ReuseRules
 from .storage_quota import plan_storage
 
@@ -32,6 +33,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
         counts = host_level_blocks(self.kv_cache_config.host_cache_size, self.pools)
         if not any(counts):
             return super()._make_reuse_cache()
+        check_host_memory(self.kv_cache_config.host_cache_size, counts, self.pools)
         return LeveledReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
                                  num_host_blocks=counts, policy=self.policy)
 
