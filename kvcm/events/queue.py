@@ -95,8 +95,8 @@ class V1Queue(EventQueue):
 
     def _merge_target(self, window: int, group: int) -> int | None:
         """The pending removed event this removal joins: the last event, when it is one of the same group
-        (``enqueueRemovedEvent``), or with the policy's ``removed_event_merge_scope`` of ``"group"`` the group's
-        latest removed event wherever it is, past later events (the ordering defect)."""
+        (``enqueueRemovedEvent``), or with the policy's ``removed_event_merge_scope`` of ``"latest_of_group"`` the
+        group's latest removed event wherever it is, past later events (the ordering defect)."""
         scope = self.policy.removed_event_merge_scope
         for i in range(len(self.pending) - 1, -1, -1):
             event = self.pending[i]

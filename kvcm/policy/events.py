@@ -28,6 +28,6 @@ class EventDecisions(Decisions):
 
     removed_event_merge_scope = setting(
         "last", "which pending removed event a V1 removal joins: the last event, when it is a removed event of the "
-        "same group (enqueueRemovedEvent); joining the group's latest removed event past later events reorders a "
-        "removal before a store it followed (TensorRT-LLM PR #11883: removals must reach a router in order with "
-        "the stores around them)", choices=("last", "group"))
+        "same group (enqueueRemovedEvent); with 'latest_of_group', the group's latest removed event past later "
+        "events, which reorders a removal before a store it followed (TensorRT-LLM PR #11883: removals must reach a "
+        "router in order with the stores around them)", choices=("last", "latest_of_group"))

@@ -61,4 +61,4 @@ def removal_drops_every_copy():
         catchers=(_CONTRACT + "test_events_read_once_a_step",
                   "suites/conformance/test_v1_kv_events.py::test_removals_keep_their_place_among_stores"))
 def removal_batched_past_stores():
-    return {"removed_event_merge_scope": "group"}
+    return {"removed_event_merge_scope": "latest_of_group"}
