@@ -131,3 +131,29 @@ def test_deepseek_v4_emits_v2_events_per_group():
     events = _read(mgr)
     assert {e.kind for e in events} == {"stored"} and len({e.layer_group_id for e in events}) > 1
     assert not differences(index.apply(events), cached_blocks(mgr))
+
+
+def test_an_eviction_announces_the_descendants_it_takes_in_every_group():
+    """V1 with a full and a window group (both keep every block): a cached first block at priority 10 goes first and
+    takes its cached children with it (``freeChildren``), so each group's removed event names all three blocks; a
+    router fed the events holds nothing the manager lost (TensorRT-LLM PR #16335: descendants went unannounced)."""
+    from kvcm.reuse.retention import KvCacheRetentionConfig, TokenRangeRetentionConfig
+
+    mgr = _manager("v1", blocks=3, window=8, event_buffer_max_size=64)
+    index = ShadowIndex()
+    index.apply(_read(mgr))
+    low = KvCacheRetentionConfig(token_range_retention_configs=(TokenRangeRetentionConfig(0, 4, 10),))
+    n = mgr.add_sequence(0, [1] * 10, retention_config=low)
+    mgr.begin_context_chunk(0, n, 10 - n, 10)
+    mgr.end_context_chunk(0, 10)
+    mgr.free_resources(0)                         # every group stores all three blocks at release
+    index.apply(_read(mgr))
+    n = mgr.add_sequence(1, [2] * 4)
+    mgr.begin_context_chunk(1, n, 4 - n, 4)
+    removed = {}
+    for e in _read(mgr):
+        if e.kind == "removed":
+            removed.setdefault(e.layer_group_id, []).extend(e.data.block_hashes)
+            index.apply([e])
+    assert sorted(removed) == [0, 1] and all(len(hashes) == 3 for hashes in removed.values())
+    assert not differences(index, cached_blocks(mgr))
