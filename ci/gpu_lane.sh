@@ -81,8 +81,10 @@ record=$out/durations-$lane-$term-${2%%/*}.json
 base=ci/durations/$lane-$term.json
 if [ -f "$base" ]; then cp "$base" "$record"; else echo '{}' > "$record"; fi
 echo "== $lane $term (gpu_$stage) ${2:-whole} at ${SECONDS} s"
+gpu_only=()
+[ "$stage" = models ] && gpu_only=(--kvcm-gpu-only)   # the interpreter and CPU forms of post-merge run on the CPU lane
 timeout -s INT "$deadline" python3 -m pytest -p pytest_kvcm.plugin --kvcm-lane="$lane" --kvcm-stage="$term" \
-  --kvcm-version=both "${split[@]}" --durations-path "$record" --store-durations --clean-durations \
+  --kvcm-version=both "${gpu_only[@]}" "${split[@]}" --durations-path "$record" --store-durations --clean-durations \
   -q -ra -p no:randomly > "$out/lane-$stage.log" 2>&1
 status=$?
 tail -40 "$out/lane-$stage.log"

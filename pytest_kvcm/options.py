@@ -70,7 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
     # lanes: lanes/selection.py, lanes/merge_stage.py (--kvcm-stage above); then sharding.py. A lane is cut into
-    # stages of one machine each by pytest-split (--splits N --group K --durations-path ci/durations/<lane>.json)
+    # stages of one machine each by pytest-split (--splits N --group K --durations-path ci/durations/<lane>-<stage>.json)
     group.addoption("--kvcm-lane", dest="kvcm_lane", default=None, metavar="NAME",
                     help="run the tests of lane NAME (ci/NAME.yml, or a .yml path; 'auto' picks one for this machine)")
     group.addoption("--kvcm-lane-dir", dest="kvcm_lane_dir", default=None, metavar="DIR",

@@ -27,11 +27,14 @@ class HostTierDecisions(Decisions):
     def tier_counts_after_offload(gpu_reusable: int, host_reusable: int) -> tuple[int, int]:
         return gpu_reusable - 1, host_reusable + 1
 
-    @rule("copy one block's KV between the GPU and host tiers, synchronously (TensorRT-LLM #8813: with "
-          "host_cache_size a hit returned other prompts' tokens, the offload/onboard copy not synchronized with its "
-          "use)")
+    @rule("copy one block's KV between the GPU and host tiers, ordered with its use: queued on the device's stream, "
+          "after the kernels that wrote the block and before those that read it, the host not waiting "
+          "(TensorRT-LLM kvCacheTransferManager.cpp: onboard and offload streams joined to the compute stream by "
+          "events, syncWithBufferManager / syncTransfers; #8813: with host_cache_size a hit returned other prompts' "
+          "tokens, the copy not synchronized with its use). A waiting copy stalled the host for the GPU's queue at "
+          "every block: the engine's next step, launched before the last one finished, lost its overlap")
     def tier_copy(dst_storage, dst_row: int, src_storage, src_row: int) -> None:
-        dst_storage[dst_row].copy_(src_storage[src_row])
+        dst_storage[dst_row].copy_(src_storage[src_row], non_blocking=True)
 
     expired_to_front = setting(
         False, "whether a block whose retention duration ran out goes to the front of the default (35) queue: no, "
