@@ -46,6 +46,10 @@ class ManagerVersion:
     # which host tier: TensorRT-LLM V1's secondary pool (priority minimum, onboard switch, swapped block ids) or
     # V2's host level (every evicted page falls, per-level StorageStatistics; docs/semantics.md 11.6, 11.7)
     host_tier_kind: Literal["secondary pool", "host level"]
+    # whose KV cache events it sends (docs/semantics.md 13): V1's WindowBlockManager (a stored event per store call,
+    # v1_block_key hashes, both cache levels in created events, priority updates) or V2's radix tree (stored blocks
+    # coalesced, removals held until the next other event, the hash algorithm asked, no priority updates)
+    event_rules: Literal["window block manager", "radix tree"]
 
     @property
     def cls(self) -> type:
@@ -58,13 +62,15 @@ MANAGERS: dict[str, ManagerVersion] = {m.name: m for m in (
                    "token-count growth, no window release, no constraints (TensorRT-LLM's KVCacheManager)",
                    releases_window_pages=False, serves_deepseek_v4=False, common_max_tokens_across_ranks=True,
                    trtllm_estimation_path=False, draft_budget_split="variable windows",
-                   reserves_max_draft_len=True, host_tier_modelled=True, host_tier_kind="secondary pool"),
+                   reserves_max_draft_len=True, host_tier_modelled=True, host_tier_kind="secondary pool",
+                   event_rules="window block manager"),
     ManagerVersion("v2", "kvcm.manager_v2:KVCacheManagerV2",
                    "capacity/history, window release, constraints and a typical step (TensorRT-LLM's "
                    "KVCacheManagerV2)",
                    releases_window_pages=True, serves_deepseek_v4=True, common_max_tokens_across_ranks=False,
                    trtllm_estimation_path=True, draft_budget_split="one-model draft",
-                   reserves_max_draft_len=False, host_tier_modelled=True, host_tier_kind="host level"),
+                   reserves_max_draft_len=False, host_tier_modelled=True, host_tier_kind="host level",
+                   event_rules="radix tree"),
 )}
 
 NAMES: tuple[str, ...] = tuple(MANAGERS)          # every concrete version, in the order runs and tables show them

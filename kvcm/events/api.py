@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 
+from .. import versions
 from ..errors import ConfigError
 from . import hashing
 from .emitter import NO_EVENTS, EventEmitter
@@ -33,7 +34,7 @@ class EventsMixin:
         if not cfg.event_buffer_max_size:
             return
         algo = cfg.kv_cache_event_hash_algo
-        v1 = self.kvcm_version == "v1"
+        v1 = versions.get(self.kvcm_version).event_rules == "window block manager"
         if v1 and algo not in (hashing.AUTO, hashing.V1_BLOCK_KEY):
             warnings.warn(f"kv_cache_event_hash_algo={algo!r}: V1 events always carry v1_block_key hashes "
                           "(TensorRT-LLM's V1 warns and keeps them)", UserWarning, stacklevel=3)
