@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 from pydantic import AfterValidator, Field, StrictBool
@@ -76,6 +76,10 @@ class BatchDesc:
         return len(self.kv_caches)
 
 
+HOST_EVICTION_POLICIES = ("lru",)
+"""The values of ``KvCacheConfig.host_eviction_policy``: each names its module of ``kvcm.eviction``."""
+
+
 def _power_of_two(tpb: int) -> int:
     return power_of_two("tokens_per_block", tpb)
 
@@ -122,6 +126,10 @@ class KvCacheConfig:
     onboard_blocks: StrictBool = Field(True, description="must be True or False")
     secondary_offload_min_priority: Annotated[Int, Field(ge=0, le=100)] | None = Field(
         None, description="must be an integer in [0, 100] or None")
+    # the order V2's host level evicts its own pages in (kvcm.eviction, a module of each name); V1's secondary pool
+    # keeps TensorRT-LLM's LRU queue, "lru"
+    host_eviction_policy: Literal[HOST_EVICTION_POLICIES] = Field(
+        "lru", description=f"must be one of {', '.join(map(repr, HOST_EVICTION_POLICIES))}")
 
     DEFAULT_FRACTION = 0.9
     DEFAULT_SECONDARY_OFFLOAD_MIN_PRIORITY = 30

@@ -14,7 +14,7 @@ from .manager import BaseKVCacheManager
 from .free_queue import QueuedBlockPool
 from .reuse.version_rules import V1ReuseRules
 from .reuse.host_tier import TieredReuseCache, host_blocks
-from .reuse.queued_cache import QueuedReuseCache
+from .reuse.queued_cache import QueuedPages, QueuedReuseCache
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
@@ -22,7 +22,9 @@ class KVCacheManagerV1(BaseKVCacheManager):
     _reuse_rules = V1ReuseRules()
     _pool_class = QueuedBlockPool    # upstream's free queue: ids and eviction order as BlockManagerReuseTest pins
     _cache_class = QueuedReuseCache
+    _eviction_order = QueuedPages    # cached pages wait in the pool's free queue
     _host_tier = True
+    _host_eviction_policies = ("lru",)   # the secondary pool keeps TensorRT-LLM's LRUEvictionPolicy queue
 
     def _make_reuse_cache(self):
         """With ``host_cache_size``, TensorRT-LLM's secondary pool: floor(bytes / block bytes) blocks per group."""
@@ -31,7 +33,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
         if n == 0:
             return super()._make_reuse_cache()
         return TieredReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
-                                num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
+                                order=QueuedPages, num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
                                 offload_min_priority=cfg.offload_min_priority, policy=self.policy)
 
     def _size_pools(self) -> list[int]:

@@ -16,6 +16,7 @@ from . import validation
 from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
+from .eviction.tree import EvictionQueue
 from .reuse.host_level import LeveledReuseCache, host_level_blocks
 from .reuse.version_rules import V2ReuseRules
 from .storage_quota import plan_storage
@@ -24,6 +25,7 @@ from .storage_quota import plan_storage
 class KVCacheManagerV2(BaseKVCacheManager):
     kvcm_version = "v2"
     _reuse_rules = V2ReuseRules()
+    _eviction_order = EvictionQueue
     _host_tier = True
 
     def _make_reuse_cache(self):
@@ -33,7 +35,8 @@ class KVCacheManagerV2(BaseKVCacheManager):
         if not any(counts):
             return super()._make_reuse_cache()
         return LeveledReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
-                                 num_host_blocks=counts, policy=self.policy)
+                                 order=EvictionQueue, num_host_blocks=counts,
+                                 host_eviction_policy=self.kv_cache_config.host_eviction_policy, policy=self.policy)
 
     # ---- constraints and sizing -----------------------------------------------------------------------------
     def _typical_seq_len(self) -> int | None:

@@ -57,15 +57,21 @@ def _scope(lora_task_id, cache_salt) -> tuple:
 class ReuseMixin:
     _reuse_rules = None          # set by each version
     _cache_class = ReuseCache     # V1: QueuedReuseCache, over its queued pools
+    _eviction_order = None        # the GPU level's order of cached pages (kvcm.eviction), per version
 
     _host_tier = False            # V1: TensorRT-LLM's secondary pool (host_tier.py); V2: its host level (host_level.py)
     _host_tier_refusal = "this manager has no host tier in kvcm (docs/semantics.md 11.7)"
+    _host_eviction_policies = None  # the host tier's orders it takes (None: any of KvCacheConfig's)
 
     def _init_reuse(self) -> None:
         cfg = self.kv_cache_config
         if cfg.host_cache_size and not self._host_tier:
             raise ConfigError("host_cache_size", cfg.host_cache_size, f"must be None or 0 for "
                               f"{type(self).__name__}: {self._host_tier_refusal}")
+        orders = self._host_eviction_policies
+        if cfg.host_cache_size and orders is not None and cfg.host_eviction_policy not in orders:
+            raise ConfigError("host_eviction_policy", cfg.host_eviction_policy, f"must be one of {orders} for "
+                              f"{type(self).__name__}: its host tier keeps its own order")
         self._reuse: ReuseCache | None = None
         if cfg.enable_block_reuse:
             self._reuse = self._make_reuse_cache()
@@ -76,7 +82,7 @@ class ReuseMixin:
     def _make_reuse_cache(self):
         """The version's reuse cache over its pools (V1 adds its host tier here when it has one)."""
         return self._cache_class(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
-                                 policy=self.policy)
+                                 order=self._eviction_order, policy=self.policy)
 
     @property
     def enable_block_reuse(self) -> bool:

@@ -41,9 +41,9 @@ def _host_storage(num_blocks: int, bytes_per_block: int, device: torch.device) -
 class TieredReuseCache(QueuedReuseCache):
     """``QueuedReuseCache`` with a host queue per group behind the GPU one."""
 
-    def __init__(self, pools, groups, leaf_only: list[bool], *, num_host_blocks: int, onboard_blocks: bool,
+    def __init__(self, pools, groups, leaf_only: list[bool], *, order, num_host_blocks: int, onboard_blocks: bool,
                  offload_min_priority: int, policy=None):
-        super().__init__(pools, groups, leaf_only, policy=policy)
+        super().__init__(pools, groups, leaf_only, order=order, policy=policy)
         self.onboard_blocks = onboard_blocks
         self.offload_min_priority = offload_min_priority
         self.host = []
@@ -104,7 +104,7 @@ class TieredReuseCache(QueuedReuseCache):
         that ancestor with its descendants, ``node`` among them, so there is nothing left to offload and the GPU
         block is evicted as without a tier (found by the exhaustive explorer: the offload then deleted a page the
         drop had already taken out of the tree, a KeyError)."""
-        victim = self.host_node[g].get(self.host[g].queue.peek())
+        victim = self.host_node[g].get(self.host[g].queue.peek())    # the host tier's victim, not taken yet
         if victim is None:
             return False
         up = node.parent
@@ -146,14 +146,13 @@ class TieredReuseCache(QueuedReuseCache):
         """Hold a host block for a match before any GPU page is taken, so no offload can drop it (upstream's
         two-phase claim-then-onboard)."""
         if node.refs[g] == 0:
-            self._claimed_keys[g][("host", node.host[g])] = self.host[g].unqueue(node.host[g])
+            self.host[g].queue.claim(node.host[g])
         node.refs[g] += 1
 
     def onboard(self, node: Node, g: int, page: int) -> int:
         """Copy a claimed host block into ``page`` (a fresh GPU page): the block is on the GPU again, held by the
         claiming request, and its host page is empty at the back of the default host FIFO."""
         host, row = self.host[g], node.host[g]
-        self._claimed_keys[g].pop(("host", row), None)
         if host.storage is not None and self.pools[g].storage is not None:
             self.policy.tier_copy(self.pools[g].storage, page, host.storage, row)
         self._swap_ids(g, page, row)
@@ -174,7 +173,7 @@ class TieredReuseCache(QueuedReuseCache):
         """Undo ``claim_host`` (a match that could not be completed)."""
         node.refs[g] -= 1
         if node.refs[g] == 0:
-            self.host[g].queue.restore(node.host[g], self._claimed_keys[g].pop(("host", node.host[g])))
+            self.host[g].queue.restore(node.host[g])
 
     def set_page(self, node: Node, g: int, page: int) -> None:
         """A block the tree already holds in the host tier keeps its block: ``storeBlocks`` finds the match (a
@@ -187,7 +186,7 @@ class TieredReuseCache(QueuedReuseCache):
     def reset(self) -> None:
         for g, host in enumerate(self.host):
             for row, node in list(self.host_node[g].items()):
-                host.unqueue(row)
+                host.queue.remove(row)
                 node.host[g] = -1
                 host._used[row] = 0
                 host.enqueue(row, DEFAULT_PRIORITY)
