@@ -76,7 +76,7 @@ class BatchDesc:
         return len(self.kv_caches)
 
 
-HOST_EVICTION_POLICIES = ("lru",)
+HOST_EVICTION_POLICIES = ("lru", "arc")
 """The values of ``KvCacheConfig.host_eviction_policy``: each names its module of ``kvcm.eviction``."""
 
 
