@@ -20,7 +20,7 @@ V2 host level                 ``KvCacheConfig.host_eviction_policy``: a module o
 ============================  ==================================================  ==========================
 
 A host-level policy is a module of this package named as its ``KvCacheConfig.host_eviction_policy`` value, whose
-``HOST_LEVEL`` is the class: a new one is its module and its value in the config's ``Literal``
+``HOST_LEVEL`` is the class, built with ``(pages, policy)``: a new one is its module and its value in the config's ``Literal``
 (``suites/managers/test_eviction.py`` checks that every value has its module and each module satisfies the
 interface).
 """

@@ -5,9 +5,10 @@ Resident blocks are in T1 (arrived, not reused since) or T2 (reused while reside
 first; B1 and B2 remember the keys last evicted from each, at most ``capacity`` apiece. A victim comes from T1
 while T1 holds at least ``int(target_t1)`` blocks, else from T2, else from T1 after all; it never is a protected
 block (one a match is migrating back to the GPU level). A block arriving whose key is in B1 (it was evicted
-recently, then recomputed) raises ``target_t1`` by ``max(1, |B2| / |B1|)``, one in B2 lowers it by ``max(1, |B1| /
-|B2|)``, both bounded by ``[0, capacity]``; arriving puts it at T1's MRU end and takes it out of the ghosts. A
-touch of a resident block (a match that finds it) moves it to T2's MRU end.
+recently, then recomputed) raises ``target_t1`` by ``max(1, |B2| / |B1|)``, one in B2 lowers it by
+``max(1, |B1| / |B2|)`` (the policy's ``arc_ghost_step``), both bounded by ``[0, capacity]``; arriving puts it at
+T1's MRU end and takes it out of the ghosts. A touch of a resident block (a match that finds it) moves it to T2's
+MRU end.
 
 How kvcm's host level drives it (``kvcm/reuse/host_level.py``): pages falling from the GPU level are touched first,
 in reverse (vLLM's ``on_store_miss`` before the store allocates: the ghosts adapt the target before any victim is
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from ..policy import resolve
+
 
 def block_key(node) -> tuple:
     """The block's identity across its evictions: its root's serial and every block's tokens down to it."""
@@ -37,12 +40,14 @@ def block_key(node) -> tuple:
 
 class AdaptiveReplacement:
     """One group's host order. ``t1`` / ``t2``: key -> block, least recently used first; ``b1`` / ``b2``: evicted
-    keys, oldest first; ``target_t1``: the size T1 is steered to."""
+    keys, oldest first; ``target_t1``: the size T1 is steered to. ``policy``: the level's decisions (None: the
+    active one); its ``arc_ghost_step`` moves the target."""
 
     lazy = False
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, policy=None):
         self.capacity = capacity
+        self._step = resolve(policy).arc_ghost_step
         self.target_t1 = 0.0
         self.t1: OrderedDict = OrderedDict()
         self.t2: OrderedDict = OrderedDict()
@@ -122,10 +127,10 @@ class AdaptiveReplacement:
             elif key in self.t2:
                 self.t2.move_to_end(key)
             elif key in self.b1:
-                self.target_t1 = min(self.capacity, self.target_t1 + max(1, len(self.b2) / len(self.b1)))
+                self.target_t1 = min(self.capacity, self.target_t1 + self._step(len(self.b1), len(self.b2)))
                 self.b1.move_to_end(key)
             elif key in self.b2:
-                self.target_t1 = max(0, self.target_t1 - max(1, len(self.b1) / len(self.b2)))
+                self.target_t1 = max(0, self.target_t1 - self._step(len(self.b2), len(self.b1)))
                 self.b2.move_to_end(key)
 
     def evict(self, n: int, protected=()) -> list | None:

@@ -16,7 +16,7 @@ class PrioritizedLRU:
 
     lazy = False
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, policy=None):
         self.capacity = capacity
         self._key: dict = {}               # block -> (priority, arrival): its place
         self._heap: list = []

@@ -1,5 +1,6 @@
 """V1's host tier, V2's host level, retention durations and rewinds (``kvcm/reuse/host_tier.py``,
-``kvcm/reuse/host_level.py``, ``kvcm/reuse/retention.py``, ``kvcm/free_queue.py``, ``kvcm/manager_v1.py``)."""
+``kvcm/reuse/host_level.py``, ``kvcm/eviction/arc.py``, ``kvcm/reuse/retention.py``, ``kvcm/free_queue.py``,
+``kvcm/manager_v1.py``)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,13 @@ class HostTierDecisions(Decisions):
         False, "whether a request committing a block that the tree holds on the host level installs its GPU page "
         "beside the host one (no: a block holds one page a life cycle, and an equal coverage does not replace it, "
         "Block.can_replace_page); beside it the block was counted on both levels")
+
+    @rule("how far an ARC ghost hit moves T1's target: by the other ghost list's length over the hit one's, at least "
+          "one (vLLM kv_offload/cpu/policies/arc.py ARCCachePolicy._adapt_to_ghost_hit: max(1, |B2| / |B1|) on a B1 "
+          "hit; Megiddo and Modha, ARC, FAST '03, Fig. 4); a fixed step of one adapts slowest exactly when one ghost "
+          "list is the longer, and keeps evicting the partition the workload needs")
+    def arc_ghost_step(hit_ghosts: int, other_ghosts: int) -> float:
+        return max(1, other_ghosts / hit_ghosts)
 
     rewind_to_front = setting(
         True, "whether a rewound block goes to the front of its queue (removeToken -> releaseLastBlock(toFront=true)), "

@@ -105,7 +105,7 @@ class LeveledReuseCache(ReuseCache):
             self.host.append(host)               # host.num_reusable: its evictable pages
         self.host_node: list[dict[int, Node]] = [{} for _ in pools]
         host_order = host_level(host_eviction_policy)
-        self.host_orders = [host_order(n) for n in num_host_blocks]    # per group: the order its blocks leave in
+        self.host_orders = [host_order(n, self.policy) for n in num_host_blocks]    # per group: the order its blocks leave in
         self._excluded: list[set[Node]] = [set() for _ in pools]      # blocks a match is migrating: not evictable
         self.offloaded = 0
         self.onboarded = 0

@@ -7,7 +7,7 @@ order) and the same ``target_t1_size``. The hand-written traces follow vLLM's AR
 (``tests/v1/kv_offload/test_cpu_manager.py``: ``test_arc_manager_t1_to_t2_promotion``,
 ``test_arc_manager_adaptive_target``, ``test_arc_manager_t1_t2_eviction_policy``,
 ``test_arc_manager_ghost_list_bounds``, ``test_arc_manager_touch_ordering``, ``test_arc_manager_eviction_with_load``)
-and add the cases they leave out (a fractional target, the fall back to T1, a removal, a clear). The manager trace
+and add the cases they leave out (a fractional target, a B2 hit's ratio, the fall back to T1, a removal, a clear). The manager trace
 is what a kvcm V2 manager with a host level asks of its ARC over a seeded workload, recorded as it runs.
 
 vLLM's side runs in the vLLM venv (``bash ci/vllm_venv.sh``; ``KVCM_VLLM_VENV`` where it is), as a subprocess
@@ -66,6 +66,9 @@ TRACES: dict[str, tuple[int, list]] = {
     "fractional_target": (3, _fill([1, 2, 3]) + [["touch", [1, 2, 3]]] + _store(4) + [["touch", [4]]] + _store(5)
                           + [["touch", [5]]] + _store(6) + _store(7) + _store(8)
                           + [["miss", [6]], ["insert", 6], ["evict", 2, []]]),
+    # a B2 hit when B1 is the longer ghost list lowers the target by |B1| / |B2| (3 at once here, floored at 0)
+    "b2_hit_lowers_the_target_by_the_ghost_ratio": (3, _fill([1, 2, 3]) + [["touch", [1, 2]]]
+                                                    + [op for k in (4, 5, 3, 4, 6, 7, 2) for op in _store(k)]),
     # T1 below its target and nothing left in T2 to take: the victim comes from T1 after all
     "t2_exhausted_falls_back_to_t1": (3, _fill([1, 2, 3]) + _store(4) + [["miss", [1]], ["touch", [2]],
                                                                          ["evict", 1, [2]], ["evict", 1, []]]),
