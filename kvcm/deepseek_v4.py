@@ -121,12 +121,8 @@ class DeepseekV4Spec:
 
 
 class DeepseekV4CacheManager(KVCacheManagerV2):
-    kvcm_version = "v2"
-    _host_tier = False
-    _host_tier_refusal = ("DeepSeek-V4's host offload upstream is sparse history offload (completed history pages "
-                          "demoted to host memory and fetched back by the sparse kernels, refused with block reuse: "
-                          "test_deepseek_v4_offload_lifecycle.py::test_offload_rejects_other_history_policies), not "
-                          "a host level of reusable pages; kvcm does not model it (docs/semantics.md 11.7)")
+    """V2's manager with DeepSeek-V4's roles and constraints; no host tier (``kvcm.versions``: V2's ``deepseek_v4``
+    entry says why)."""
 
     def __init__(self, spec: DeepseekV4Spec | None = None, kv_cache_config: KvCacheConfig | None = None,
                  limits: Limits | None = None, *, free_memory_bytes: int | None = None, mapping=None,

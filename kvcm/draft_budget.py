@@ -55,6 +55,5 @@ def trtllm_splits_gpu_budget(kvcm_version: str, *, separate_draft_engine: bool, 
     which holds the same tokens as this module's split). kvcm splits every final pair (docs/semantics.md 10)."""
     if estimating:
         return False
-    if versions.get(kvcm_version).draft_budget_split == "one-model draft":
-        return not separate_draft_engine
-    return vswa
+    return versions.get(kvcm_version).cls.trtllm_splits_draft_budget(separate_draft_engine=separate_draft_engine,
+                                                                     vswa=vswa)

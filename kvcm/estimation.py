@@ -54,7 +54,7 @@ def final_cache_config(kv_cache_config, estimation: dict | None, report, policy=
     policy's ``final_max_tokens_from_estimation`` caps ``max_tokens`` by the estimation run's largest dummy
     workload on a version of TensorRT-LLM's estimation path (TensorRT-LLM PR #15881 removed that cap for V2)."""
     if (not resolve(policy).final_max_tokens_from_estimation or estimation is None or report is None
-            or not versions.get(estimation["kvcm_version"]).trtllm_estimation_path or not report.long_token_nums):
+            or not versions.get(estimation["kvcm_version"]).cls.trtllm_estimation_path or not report.long_token_nums):
         return kv_cache_config
     tokens = max(t + (s.batch_size - 1) * (1 + s.draft_len) for s, t in report.long_token_nums.items())
     return kv_cache_config.replace(max_tokens=min(tokens, kv_cache_config.max_tokens or tokens))

@@ -16,7 +16,6 @@ from . import validation
 from .validation import MAX_BATCH_SIZE
 from .errors import ConfigError, OutOfPagesError, UnknownRequestError
 from .deprecation import renamed_attribute
-from .block_pool import BlockPool
 from .layer_groups import LayerGroup, build_layer_groups
 from .limits import MAX_BATCH_SIZE, Limits  # noqa: F401  (MAX_BATCH_SIZE: kvcm.MAX_BATCH_SIZE)
 from .model_spec import ModelSpec
@@ -24,6 +23,7 @@ from .reuse.api import ReuseMixin
 from .parallel import Mapping
 from .policy import resolve as resolve_policy
 from .policy.warmup import released
+from . import versions
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,12 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
 
 
 class BaseKVCacheManager(ReuseMixin):
-    kvcm_version = "base"
-    _pool_class = BlockPool          # V1 takes TensorRT-LLM's free-queue order (kvcm/free_queue.py)
     version = renamed_attribute("kvcm_version")
+
+    @property
+    def kvcm_version(self) -> str:
+        """The name of this manager's version (``kvcm.versions``: the entry its class belongs to)."""
+        return versions.of(type(self)).name
 
     def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, limits: Limits | None = None,
                  *, free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0, policy=None, **limit_fields):
@@ -77,6 +80,7 @@ class BaseKVCacheManager(ReuseMixin):
         if kv_cache_config is not None and not isinstance(kv_cache_config, KvCacheConfig):
             raise ConfigError("kv_cache_config", type(kv_cache_config).__name__, "must be a kvcm.KvCacheConfig or None")
         cfg = kv_cache_config or KvCacheConfig()
+        self._version = versions.of(type(self))      # the entry whose factories build its pools and caches
         self.policy = resolve_policy(policy)
         _check_mapping(mapping, pp_rank)
         if mapping is not None:
@@ -102,7 +106,8 @@ class BaseKVCacheManager(ReuseMixin):
                                   + (f" (max_tokens={cfg.max_tokens} is under one block of {cfg.tokens_per_block} tokens)"
                                      if cfg.max_tokens is not None and cfg.max_tokens < cfg.tokens_per_block else ""))
             g.num_blocks = n
-        self.pools = [self._pool_class(g.num_blocks, g.bytes_per_block, self.device, policy=self.policy)
+        pool = self._version.pool_class
+        self.pools = [pool(g.num_blocks, g.bytes_per_block, self.device, policy=self.policy)
                       for g in self.layer_groups]
         self.stale_released = [0] * len(self.pools)   # pages V2 gave back as they left a window, per group
         self._seqs: dict[object, _Sequence] = {}

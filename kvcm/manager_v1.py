@@ -11,30 +11,22 @@ from . import validation
 from .errors import OutOfPagesError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
-from .free_queue import QueuedBlockPool
-from .reuse.version_rules import V1ReuseRules
-from .reuse.host_tier import TieredReuseCache, host_blocks
-from .reuse.queued_cache import QueuedPages, QueuedReuseCache
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
-    kvcm_version = "v1"
-    _reuse_rules = V1ReuseRules()
-    _pool_class = QueuedBlockPool    # upstream's free queue: ids and eviction order as BlockManagerReuseTest pins
-    _cache_class = QueuedReuseCache
-    _eviction_order = QueuedPages    # cached pages wait in the pool's free queue
-    _host_tier = True
-    _host_eviction_policies = ("lru",)   # the secondary pool keeps TensorRT-LLM's LRUEvictionPolicy queue
+    """Its pools keep TensorRT-LLM's free queue (ids and eviction order as BlockManagerReuseTest pins), its host
+    tier is the secondary pool (``kvcm.versions``: the V1 entry's factories)."""
 
-    def _make_reuse_cache(self):
-        """With ``host_cache_size``, TensorRT-LLM's secondary pool: floor(bytes / block bytes) blocks per group."""
-        cfg = self.kv_cache_config
-        n = host_blocks(cfg.host_cache_size, sum(g.bytes_per_block for g in self.layer_groups))
-        if n == 0:
-            return super()._make_reuse_cache()
-        return TieredReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
-                                order=QueuedPages, num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
-                                offload_min_priority=cfg.offload_min_priority, policy=self.policy)
+    releases_window_pages = False          # a request keeps every page of every group: ceil(len / page) each
+    reserves_max_draft_len = True          # a context chunk reserves max_draft_len draft slots, whatever it drafts
+    common_max_tokens_across_ranks = True  # every pipeline rank takes the fewest ranks' max_tokens
+    trtllm_estimation_path = False         # kvcm plan shows no TensorRT-LLM estimation max_tokens (semantics.md 10)
+
+    @staticmethod
+    def trtllm_splits_draft_budget(*, separate_draft_engine: bool, vswa: bool) -> bool:
+        """TensorRT-LLM's V1 splits max_gpu_total_bytes between target and draft only when the layout has variable
+        windows (otherwise one shared max_tokens sizes both)."""
+        return vswa
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block

@@ -16,27 +16,23 @@ from . import validation
 from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
-from .eviction.tree import EvictionQueue
-from .reuse.host_level import LeveledReuseCache, host_level_blocks
-from .reuse.version_rules import V2ReuseRules
 from .storage_quota import plan_storage
 
 
 class KVCacheManagerV2(BaseKVCacheManager):
-    kvcm_version = "v2"
-    _reuse_rules = V2ReuseRules()
-    _eviction_order = EvictionQueue
-    _host_tier = True
+    """Its pools hand out the most recently freed page, its cached pages leave by ``kvcm.eviction.tree``'s order,
+    its host tier is a host level (``kvcm.versions``: the V2 entry's factories)."""
 
-    def _make_reuse_cache(self):
-        """With ``host_cache_size``, a host level behind the GPU one (the wrapper's ``HostCacheTierConfig(quota=
-        host_cache_size)``; kvcm builds none when it is unset, docs/semantics.md 11.7)."""
-        counts = host_level_blocks(self.kv_cache_config.host_cache_size, self.pools)
-        if not any(counts):
-            return super()._make_reuse_cache()
-        return LeveledReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
-                                 order=EvictionQueue, num_host_blocks=counts,
-                                 host_eviction_policy=self.kv_cache_config.host_eviction_policy, policy=self.policy)
+    releases_window_pages = True            # pages a sliding window or a chunk left behind go back (semantics.md 4)
+    reserves_max_draft_len = False          # a step reserves its own drafts
+    common_max_tokens_across_ranks = False  # each pipeline rank is sized from its own budget
+    trtllm_estimation_path = True           # kvcm plan shows TensorRT-LLM's estimation max_tokens (semantics.md 10)
+
+    @staticmethod
+    def trtllm_splits_draft_budget(*, separate_draft_engine: bool, vswa: bool) -> bool:
+        """TensorRT-LLM's V2 splits max_gpu_total_bytes between target and draft only for a one-model draft with
+        its own cache (a two-model draft engine keeps the whole budget, asserted equal)."""
+        return not separate_draft_engine
 
     # ---- constraints and sizing -----------------------------------------------------------------------------
     def _typical_seq_len(self) -> int | None:

@@ -2,7 +2,8 @@
 
 A request reuses only when it is made with ``add_sequence`` and its token ids: every other request (made by a
 context chunk, ``add_request`` or a warmup dummy) is never matched or stored, so an engine that never passes
-token ids sees the managers exactly as they were. The version's choices come from ``_reuse_rules``.
+token ids sees the managers exactly as they were. The version's choices come from its reuse rules
+(``_reuse_rules``, built from the version's entry in ``kvcm.versions``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import operator
 from .. import validation
 from ..errors import ConfigError, OutOfPagesError
 from ..units import ceil_div
-from .cache import ReuseCache
+from .cache import ReuseCache  # noqa: F401  (the type the managers' _reuse is)
 from .version_rules import find_match, store
 from .retention import DEFAULT_RETENTION_PRIORITY, KvCacheRetentionConfig
 from .state import ReuseState
@@ -55,23 +56,19 @@ def _scope(lora_task_id, cache_salt) -> tuple:
 
 
 class ReuseMixin:
-    _reuse_rules = None          # set by each version
-    _cache_class = ReuseCache     # V1: QueuedReuseCache, over its queued pools
-    _eviction_order = None        # the GPU level's order of cached pages (kvcm.eviction), per version
-
-    _host_tier = False            # V1: TensorRT-LLM's secondary pool (host_tier.py); V2: its host level (host_level.py)
-    _host_tier_refusal = "this manager has no host tier in kvcm (docs/semantics.md 11.7)"
-    _host_eviction_policies = None  # the host tier's orders it takes (None: any of KvCacheConfig's)
-
     def _init_reuse(self) -> None:
-        cfg = self.kv_cache_config
-        if cfg.host_cache_size and not self._host_tier:
+        """The version's reuse rules and, with block reuse on, its reuse cache (``kvcm.versions``: the entry's
+        factories); ``host_cache_size`` puts the version's host tier behind the GPU pools, or is refused."""
+        cfg, version = self.kv_cache_config, self._version
+        host_tier = version.host_tier_class
+        if cfg.host_cache_size and host_tier is None:
             raise ConfigError("host_cache_size", cfg.host_cache_size, f"must be None or 0 for "
-                              f"{type(self).__name__}: {self._host_tier_refusal}")
-        orders = self._host_eviction_policies
-        if cfg.host_cache_size and orders is not None and cfg.host_eviction_policy not in orders:
-            raise ConfigError("host_eviction_policy", cfg.host_eviction_policy, f"must be one of {orders} for "
-                              f"{type(self).__name__}: its host tier keeps its own order")
+                              f"{type(self).__name__}: {version.no_host_tier}")
+        if cfg.host_cache_size and cfg.host_eviction_policy not in host_tier.host_eviction_policies:
+            raise ConfigError("host_eviction_policy", cfg.host_eviction_policy, f"must be one of "
+                              f"{host_tier.host_eviction_policies} for {type(self).__name__}: its host tier keeps "
+                              "its own order")
+        self._reuse_rules = version.reuse_rules()
         self._reuse: ReuseCache | None = None
         if cfg.enable_block_reuse:
             self._reuse = self._make_reuse_cache()
@@ -80,9 +77,17 @@ class ReuseMixin:
                                               for g in self.layer_groups for i in g.layers}))
 
     def _make_reuse_cache(self):
-        """The version's reuse cache over its pools (V1 adds its host tier here when it has one)."""
-        return self._cache_class(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
-                                 order=self._eviction_order, policy=self.policy)
+        """The version's reuse cache over its pools, with its host tier when ``host_cache_size`` gives it pages."""
+        version, cfg = self._version, self.kv_cache_config
+        leaf_only = self._reuse_rules.leaf_only(self.layer_groups)
+        host_tier = version.host_tier_class
+        if host_tier is not None and cfg.host_cache_size:
+            cache = host_tier.sized(self.pools, self.layer_groups, leaf_only, cfg, order=version.eviction_order,
+                                    policy=self.policy)
+            if cache is not None:
+                return cache
+        return version.reuse_cache_class(self.pools, self.layer_groups, leaf_only, order=version.eviction_order,
+                                         policy=self.policy)
 
     @property
     def enable_block_reuse(self) -> bool:
@@ -334,8 +339,8 @@ class ReuseMixin:
         host = getattr(self._reuse, "host", None)
         if not host:
             return BlockCounts(0, 0, 0, 0)
-        free, reusable, total = self._reuse.host_counts(g)
-        return BlockCounts(free, reusable, total - free - reusable, total)
+        h = host[g]
+        return BlockCounts(h.num_free, h.num_reusable, h.num_blocks - h.num_free - h.num_reusable, h.num_blocks)
 
     def get_level_statistics(self, level: int = 0, group: int | None = None) -> LevelStatistics:
         """One cache level's pages of one group as TensorRT-LLM V2's ``StorageManager.get_statistics(level)``

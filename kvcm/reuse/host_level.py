@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from ..config import HOST_EVICTION_POLICIES
 from ..eviction import host_level
 from ..free_queue import DEFAULT_PRIORITY
 from .cache import ReuseCache
@@ -91,6 +92,7 @@ class HostSlots:
 class LeveledReuseCache(ReuseCache):
     """``ReuseCache`` (V2's GPU level) with a host level per group behind it."""
 
+    host_eviction_policies = HOST_EVICTION_POLICIES   # any of kvcm.eviction's host-level orders
     evictable_counts_as_free = True       # KvCacheStats.free_num_host_blocks is available (secondary_free_num_blocks)
     migration_is_new_allocation = True    # a page migrated back is in alloc_new too (_record_migrated_slots)
 
@@ -110,6 +112,23 @@ class LeveledReuseCache(ReuseCache):
         self.offloaded = 0
         self.onboarded = 0
         self.host_dropped = 0
+
+    @classmethod
+    def sized(cls, pools, groups, leaf_only, cfg, *, order, policy=None) -> "LeveledReuseCache | None":
+        """The host level ``cfg.host_cache_size`` makes (``HostCacheTierConfig(quota=host_cache_size)``), split as
+        the GPU level's bytes are; None when it has no page (kvcm builds none when it is unset, semantics.md 11.7)."""
+        counts = host_level_blocks(cfg.host_cache_size, pools)
+        if not any(counts):
+            return None
+        return cls(pools, groups, leaf_only, order=order, num_host_blocks=counts,
+                   host_eviction_policy=cfg.host_eviction_policy, policy=policy)
+
+    @staticmethod
+    def plan(manager, host_bytes: int) -> dict:
+        """``kvcm plan --host-cache-size``'s figures of this level for ``manager``: its pages a group, split as the
+        GPU level's bytes are (the fewest of them reported as the level's blocks)."""
+        per_group = host_level_blocks(host_bytes, manager.pools)
+        return {"host_blocks": min(per_group), "host_blocks_per_group": per_group}
 
     # ---- eviction from the GPU level: pages fall to the host level -------------------------------------------
     def evict(self, g: int, n: int) -> None:
@@ -266,12 +285,6 @@ class LeveledReuseCache(ReuseCache):
             self._excluded[g].clear()
             host.num_reusable = 0
         super().reset()
-
-    # ---- counts ------------------------------------------------------------------------------------------------
-    def host_counts(self, g: int) -> tuple[int, int, int]:
-        """(free, evictable, total) host pages of group g (``StorageStatistics`` of the host level)."""
-        host = self.host[g]
-        return host.num_free, host.num_reusable, host.num_blocks
 
 
 _PENDING = -2

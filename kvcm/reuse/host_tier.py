@@ -41,6 +41,26 @@ def _host_storage(num_blocks: int, bytes_per_block: int, device: torch.device) -
 class TieredReuseCache(QueuedReuseCache):
     """``QueuedReuseCache`` with a host queue per group behind the GPU one."""
 
+    host_eviction_policies = ("lru",)      # the secondary pool's queue is TensorRT-LLM's LRUEvictionPolicy
+
+    @classmethod
+    def sized(cls, pools, groups, leaf_only, cfg, *, order, policy=None) -> "TieredReuseCache | None":
+        """The tier ``cfg.host_cache_size`` makes: floor(bytes / block bytes) blocks a group (None when that is
+        none)."""
+        n = host_blocks(cfg.host_cache_size, sum(g.bytes_per_block for g in groups))
+        if n == 0:
+            return None
+        return cls(pools, groups, leaf_only, order=order, num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
+                   offload_min_priority=cfg.offload_min_priority, policy=policy)
+
+    @staticmethod
+    def plan(manager, host_bytes: int) -> dict:
+        """``kvcm plan --host-cache-size``'s figures of this tier for ``manager``: the secondary blocks (every group
+        has as many), and when blocks go there."""
+        cfg = manager.kv_cache_config
+        return {"host_blocks": host_blocks(host_bytes, sum(g.bytes_per_block for g in manager.layer_groups)),
+                "onboard_blocks": cfg.onboard_blocks, "secondary_offload_min_priority": cfg.offload_min_priority}
+
     def __init__(self, pools, groups, leaf_only: list[bool], *, order, num_host_blocks: int, onboard_blocks: bool,
                  offload_min_priority: int, policy=None):
         super().__init__(pools, groups, leaf_only, order=order, policy=policy)
@@ -193,8 +213,3 @@ class TieredReuseCache(QueuedReuseCache):
             self.host_node[g].clear()
             host.num_reusable = 0
         super().reset()
-
-    def host_counts(self, g: int) -> tuple[int, int, int]:
-        """(free, reusable, total) host pages of group g: cached host blocks are reusable, never allocatable."""
-        host = self.host[g]
-        return host.num_free, host.num_reusable, host.num_blocks

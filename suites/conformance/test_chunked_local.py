@@ -60,7 +60,7 @@ def test_v2_releases_the_earlier_chunk_at_the_boundary_and_v1_keeps_it(kvcm_vers
     mgr.begin_generation("a")
     mgr.end_generation("a", 16)                   # history 15: the in-flight token 15 is still in chunk [8, 16)
     chunked = lambda: mgr.block_table("a")[1]     # noqa: E731
-    releases = kvcm.versions.get(kvcm_version).releases_window_pages
+    releases = kvcm.versions.get(kvcm_version).cls.releases_window_pages
     assert chunked()[:2] == ([-1, -1] if releases else chunked()[:2]) and min(chunked()[:2]) == (-1 if releases else 0)
     mgr.begin_generation("a")                     # token 16 opens chunk [16, 24): pages 0-3 are stale
     mgr.end_generation("a", 17)
