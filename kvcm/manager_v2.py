@@ -113,7 +113,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
             return True
         plans = []
         for g, (group, pool, blocks) in enumerate(zip(self.layer_groups, self.pools, seq.blocks)):
-            lo, hi = group.stale_range(hist, tpb)
+            lo, hi = group.stale_range(hist)
             release = [b for b in blocks[target:] if b >= 0]
             stale = range(max(lo, seq.stale_done[g]), min(hi, target, len(blocks)))
             release += [blocks[i] for i in stale if blocks[i] >= 0]
@@ -151,17 +151,16 @@ class KVCacheManagerV2(BaseKVCacheManager):
         same number of logical blocks (stale ones as -1), so one length says whether any group would grow."""
         if len(seq.blocks[0]) != target:
             return False
-        tpb = self.tokens_per_block
         for group in self._windowed or ():
-            if min(group.stale_range(hist, tpb)[1], target) > seq.stale_done[group.index]:
+            if min(group.stale_range(hist)[1], target) > seq.stale_done[group.index]:
                 return False
         return True
 
     def _resize_or_raise(self, request_id, capacity: int | None, history: int | None, what: str) -> None:
         if not self.resize(request_id, capacity, history):
-            seq, tpb = self._seq(request_id), self.tokens_per_block
+            seq = self._seq(request_id)
             cap = seq.capacity if capacity is None else capacity
-            needs = [max(0, group.blocks_needed(cap, seq.history if history is None else history, tpb)
+            needs = [max(0, group.pages_needed(cap, seq.history if history is None else history)
                          - sum(1 for b in blocks if b >= 0))
                      for group, blocks in zip(self.layer_groups, seq.blocks)]
             raise self._out_of_pages(request_id, needs, what)
@@ -265,13 +264,13 @@ class KVCacheManagerV2(BaseKVCacheManager):
         """
         tpb = self.tokens_per_block
         shorts = batch_size - 1
-        avail = [self.policy.clamp_blocks(g.num_blocks, pool.num_free, g.blocks_needed(1, 1, tpb) * shorts)
+        avail = [self.policy.clamp_blocks(g.num_blocks, pool.num_free, g.pages_needed(1, 1) * shorts)
                  for g, pool in zip(self.layer_groups, self.pools)]
         if any(a < 1 for a in avail):
             return 0
         if self.policy.clamp_skips_stale_pages:
             def needed(g, capacity, history, tpb):
-                return g.blocks_needed(capacity, history, tpb)
+                return g.pages_needed(capacity, history)
         else:               # every block of the sequence, the stale window blocks too
             def needed(g, capacity, history, tpb):
                 return ceil_div(capacity, tpb)
@@ -294,7 +293,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
     def _dummy_blocks(self, token_num: int, is_gen: bool, reserve: int) -> list[int]:
         capacity = token_num + self.num_extra_kv_tokens + (reserve if is_gen else 0)
         history = token_num - 1 if is_gen else 0
-        return [g.blocks_needed(capacity, history, self.tokens_per_block) for g in self.layer_groups]
+        return [g.pages_needed(capacity, history) for g in self.layer_groups]
 
     def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
         """Generation: ``resize(token_num + E, history=token_num - 1)`` then ``+ K``: capacity ``token_num + E + K``."""

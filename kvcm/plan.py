@@ -55,7 +55,7 @@ def max_concurrency(manager, seq_len: int) -> int:
     tpb = manager.tokens_per_block
     counts = []
     for g in manager.layer_groups:
-        need = (g.blocks_needed(seq_len, seq_len - 1, tpb) if manager.releases_window_pages
+        need = (g.pages_needed(seq_len, seq_len - 1) if manager.releases_window_pages
                 else ceil_div(seq_len, tpb))
         counts.append(g.num_blocks // max(need, 1))
     return min(counts)

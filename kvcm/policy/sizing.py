@@ -59,7 +59,7 @@ class SizingDecisions(Decisions):
 
     clamp_skips_stale_pages = setting(
         True, "whether the clamp's long request needs, in a sliding group, only its capacity less the window blocks "
-        "already stale (LayerGroup.blocks_needed), not every block of the sequence (vLLM PR #40946: a "
+        "already stale (its attention type's pages_needed), not every block of the sequence (vLLM PR #40946: a "
         "sliding-window gate budgeting the full sequence refused requests that fit)")
 
     # ---- TensorRT-LLM's V2 storage (kvcm/storage_quota.py) ------------------------------------------------------

@@ -140,7 +140,7 @@ class ReuseMixin:
         if match is not None:
             for group in self.layer_groups:
                 if not group.is_full:
-                    seq.stale_done[group.index] = min(group.stale_range(length, tpb)[1], len(blocks[group.index]))
+                    seq.stale_done[group.index] = min(group.stale_range(length)[1], len(blocks[group.index]))
         context = ceil_div(len(tokens), tpb)
         matched = 0 if match is None else len(match.nodes) + (match.partial is not None)
         # reused: the blocks the reported group takes (V2 leaves a sliding group's blocks before the window alone;
@@ -229,7 +229,7 @@ class ReuseMixin:
 
     def _skipped(self, group, length: int, n: int) -> range:
         """The indices below ``n`` of a ``length``-token match that ``group`` leaves alone (the version rules' ``skipped``)."""
-        r = self._reuse_rules.skipped(group, length, self.tokens_per_block)
+        r = self._reuse_rules.skipped(group, length)
         return range(min(r.start, n), min(r.stop, n))
 
     def _copy_rows(self, g: int, src: int, dst: int, n: int) -> None:

@@ -62,7 +62,7 @@ class V1ReuseRules:
         return decisions.window_reuse_length([_leading(nodes, g.index, len(nodes)) for g in groups])
 
     @staticmethod
-    def skipped(group, length: int, tpb: int) -> range:
+    def skipped(group, length: int) -> range:
         """The block indices a match leaves alone in ``group`` (none: V1 keeps every block)."""
         return range(0)
 
@@ -111,10 +111,10 @@ class V2ReuseRules:
         return [g.is_full for g in groups]
 
     @staticmethod
-    def skipped(group, length: int, tpb: int) -> range:
+    def skipped(group, length: int) -> range:
         """The block indices a match leaves alone in ``group``, as one range (a sliding group's blocks before its
         window)."""
-        return range(*group.stale_range(length, tpb))
+        return range(*group.stale_range(length))
 
     def _group_length(self, nodes: list[Node], group, n: int, tpb: int) -> int:
         g = group.index
@@ -122,7 +122,7 @@ class V2ReuseRules:
             return _leading(nodes, g, n)
         m = n
         while True:
-            skip = self.skipped(group, m * tpb, tpb)
+            skip = self.skipped(group, m * tpb)
             missing = next((i for i in range(m) if i not in skip and nodes[i].pages[g] < 0
                             and nodes[i].host[g] < 0), None)
             if missing is None:

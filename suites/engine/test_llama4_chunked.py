@@ -72,7 +72,7 @@ def test_tiny_llama4_matches_hf(model, max_num_tokens):
         releases = versions.get(version).cls.releases_window_pages
         assert (local.released_stale > 0) == releases and full.released_stale == 0, (version, local)
         if releases:
-            assert local.peak_held <= len(prompts) * ChunkedLocal(chunk).max_pages(TPB) < full.peak_held
+            assert local.peak_held <= len(prompts) * ChunkedLocal(chunk, tokens_per_block=TPB).max_pages() < full.peak_held
 
 
 def test_a_mixture_of_experts_llama4_matches_hf():
