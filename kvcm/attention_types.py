@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .policy import Policy, active
+from .policy import Decisions, Policy, active, rule
 from .units import ceil_div
 
 
@@ -238,3 +238,32 @@ def of_layer(window: int | None, sink_tokens: int = 0, chunk: int | None = None,
     active policy)."""
     return type_of(window, chunk).build(window, sink_tokens, chunk, tokens_per_block,
                                         active() if policy is None else policy)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class AttentionDecisions(Decisions):
+    SUBSYSTEM = "attention types"
+
+    @rule("the life cycle a layer belongs to, which layers sharing one pool must agree on: its window and its sink "
+          "tokens in whole blocks, as TensorRT-LLM's AttnLifeCycle keys it (keyed by raw sink tokens, layers whose "
+          "sinks fill the same blocks got a pool each; vLLM PR #14097: windows dropped, sliding layers kept every "
+          "page)")
+    def life_cycle(window: int | None, sink_tokens: int, tpb: int) -> tuple:
+        return window, ceil_div(sink_tokens, tpb)
+
+    @rule("the oldest token a future query of a sliding layer reads at this history: the in-flight token's window "
+          "(TensorRT-LLM PR #6768; docs/semantics.md 2.1: a block released one token early is read after it is "
+          "freed)")
+    def window_first_token(history: int, window: int) -> int:
+        return history + 1 - window
+
+    @rule("the most blocks of a window one request holds, sinks aside: an unaligned window plus one block, one "
+          "batch in flight (vLLM issue #49878: a second in-flight batch charged to every sliding pool)")
+    def window_bound_blocks(window: int, tpb: int) -> int:
+        return ceil_div(window, tpb) + 1
+
+    @rule("the first token of the chunk a chunked-local query reads at this history: the in-flight token's own "
+          "chunk (vLLM ChunkedLocalAttentionManager.get_num_skipped_tokens: n // chunk * chunk); mlx-lm PR #1673: "
+          "Llama 4's ChunkedKVCache trimmed by its padded buffer length and dropped the current chunk's live tokens")
+    def chunk_first_token(history: int, chunk: int, tokens_per_block: int) -> int:
+        return history // chunk * chunk

@@ -22,6 +22,7 @@ import itertools
 import time
 
 from .block_pool import BlockPool
+from .policy import Decisions, rule, setting
 
 DEFAULT_PRIORITY = 35
 """TensorRT-LLM's ``kDefaultRetentionPriority``: the queue every block starts in."""
@@ -322,3 +323,19 @@ class QueuedBlockPool(BlockPool):
     def mark_empty(self, block: int) -> None:
         """A queued cached page that left the tree (a descendant of an evicted block) is empty where it is."""
         self._used[block] = 0
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class FreeQueueDecisions(Decisions):
+    SUBSYSTEM = "V1's free queue and retention durations"
+
+    expired_to_front = setting(
+        False, "whether a block whose retention duration ran out goes to the front of the default (35) queue: no, "
+        "to its back (LRUEvictionPolicy::refresh addToFreeBlockQueue(block, toFront=false)); at the front it was "
+        "the next victim although other default-priority blocks had waited longer")
+
+    @rule("whether a duration timer still applies to a queued block: only the entry of the release that started it "
+          "(claimBlock erases the block from the expiring heap, so a block reused and released again starts anew); "
+          "a stale timer dropped a just-released block's priority early")
+    def timer_live(started_key, current_key) -> bool:
+        return started_key == current_key

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .attention_types import AttentionType, life_cycle, of_layer
 from .model_spec import ModelSpec
-from .policy import Policy, resolve
+from .policy import Decisions, Policy, resolve, setting
 from .units import ceil_div
 
 
@@ -97,3 +97,14 @@ def build_layer_groups(spec: ModelSpec, tpb: int, policy: Policy | None = None) 
                              tokens_per_block=tpb, policy=policy)
         groups.append(LayerGroup(gi, tuple(members[key]), attention, offset, offsets))
     return groups
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class LayerGroupDecisions(Decisions):
+    SUBSYSTEM = "layer groups"
+
+    life_cycle_order = setting(
+        "first_seen", "the order life cycles are numbered in: first seen first, as TensorRT-LLM's LifeCycleRegistry "
+        "numbers them, so a pool_ratio copied from a real config weights the same groups ('full_first': the "
+        "full-attention life cycles before the sliding ones, which weighted other groups)",
+        choices=("first_seen", "full_first"))

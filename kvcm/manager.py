@@ -21,8 +21,7 @@ from .limits import MAX_BATCH_SIZE, Limits  # noqa: F401  (MAX_BATCH_SIZE: kvcm.
 from .model_spec import ModelSpec
 from .reuse.api import ReuseMixin
 from .parallel import Mapping
-from .policy import resolve as resolve_policy
-from .policy.warmup import released
+from .policy import Decisions, resolve as resolve_policy, rule, setting
 from . import versions
 
 
@@ -166,10 +165,9 @@ class BaseKVCacheManager(ReuseMixin):
 
     def get_num_free_blocks(self) -> int:
         """Free blocks of the most constrained full-attention group (any group when none is full); cached
-        blocks no request holds count as free, as TensorRT-LLM and vLLM report them (``policy.free_blocks``)."""
-        free = self.policy.free_blocks
-        full = [free(p.num_free, p.num_reusable) for g, p in zip(self.layer_groups, self.pools) if g.is_full]
-        return min(full or [free(p.num_free, p.num_reusable) for p in self.pools])
+        blocks no request holds count as free, as TensorRT-LLM and vLLM report them (allocating evicts them)."""
+        full = [p.num_free + p.num_reusable for g, p in zip(self.layer_groups, self.pools) if g.is_full]
+        return min(full or [p.num_free + p.num_reusable for p in self.pools])
 
     @property
     def max_tokens(self) -> int:
@@ -365,3 +363,47 @@ def _check_mapping(mapping, pp_rank) -> None:
     elif not isinstance(mapping, Mapping):
         raise ConfigError("mapping", mapping, f"must be a kvcm.Mapping, not {type(mapping).__name__} (for a dict "
                           "of its fields: kvcm.Mapping(**fields))")
+
+
+RELEASED = ("all", "last", "none")   # which of a failed dummy call's dummies it releases: made, made[-1:], []
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class ManagerDecisions(Decisions):
+    SUBSYSTEM = "dummies and available tokens (both versions)"
+
+    @rule("the slots beyond the answer a request of the answer's length holds: the extra KV tokens and the draft "
+          "tokens (TensorRT-LLM PR #17162: drafts left out, spec-decode dummies overflowed the pool)")
+    def available_extra(num_extra_kv_tokens: int, num_draft_tokens: int) -> int:
+        return num_extra_kv_tokens + num_draft_tokens
+
+    @rule("a dummy call checked whole before anything is placed: (request_ids, token_nums, is_gen, drafts, "
+          "reserve) as lists and counts, or a ConfigError naming the field (kvcm before 4044276 checked each dummy "
+          "while placing it: add_dummy_requests('abc') made three dummies)")
+    def checked_dummy_call(request_ids, token_nums, is_gen, max_num_draft_tokens, kv_reserve_draft_tokens,
+                           max_seq_len: int) -> tuple:
+        return validation.dummy_call(request_ids, token_nums, is_gen, max_num_draft_tokens, kv_reserve_draft_tokens,
+                                     max_seq_len)
+
+    dummies_released_when_refused = setting(
+        "all", "the dummies a call releases when one does not fit: every one it made ('last': only the one that "
+        "failed, TensorRT-LLM PR #17162 leaked those before it and estimation hung)", choices=RELEASED)
+
+    dummies_released_when_raised = setting(
+        "all", "the dummies a call releases when placing one raises: every one it made ('none': kvcm before "
+        "4044276 kept them held, the pool smaller; 'last' as TensorRT-LLM PR #17162)", choices=RELEASED)
+
+    gen_dummy_extra_slots = setting(
+        0, "the slots a generation dummy holds beyond token_num + E + the draft reservation: none (TensorRT-LLM PR "
+        "#19213: generation dummies one token too large skipped page-boundary shapes)")
+
+    dummy_batch_checked_first = setting(
+        True, "whether a warmup batch that cannot fit is refused before its first dummy is placed when placing "
+        "would evict cached blocks: an eviction is not undone by releasing the dummies, so placing first left a "
+        "refused add_dummy_requests with fewer cached blocks than before (found by the exhaustive explorer, issue "
+        "39)")
+
+
+def released(made: list, which: str) -> list:
+    """The dummies of ``made`` that ``which`` (one of ``RELEASED``) names."""
+    return made if which == "all" else made[-1:] if which == "last" else []

@@ -11,6 +11,7 @@ from . import validation
 from .errors import OutOfPagesError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
+from .policy import Decisions, rule, setting
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
@@ -164,7 +165,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
             validation.count("batch_size", batch_size, 1)
             max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
         policy = self.policy
-        free = min(policy.free_blocks(pool.num_free, pool.num_reusable) for pool in self.pools)
+        free = min(pool.num_free + pool.num_reusable for pool in self.pools)   # cached unheld blocks count
         available = (free * self.tokens_per_block
                      - policy.available_extra(self.num_extra_kv_tokens, max_num_draft_tokens))
         return max(0, min(token_num_upper_bound, available))
@@ -181,3 +182,17 @@ class KVCacheManagerV1(BaseKVCacheManager):
             return False
         self._seq(request_id).history = token_num - 1 if is_gen else 0
         return True
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class V1Decisions(Decisions):
+    SUBSYSTEM = "V1 sizing and rewinds"
+
+    @rule("V1's blocks for kv_cache_config.max_tokens: whole blocks only, as TensorRT-LLM's "
+          "calculate_max_num_blocks floors max_tokens // tokens_per_block")
+    def v1_blocks_for_max_tokens(max_tokens: int, tpb: int) -> int:
+        return max_tokens // tpb
+
+    rewind_to_front = setting(
+        True, "whether a rewound block goes to the front of its queue (removeToken -> releaseLastBlock(toFront=true)), "
+        "so the next token takes it again; at the back a speculative step's rejected drafts pushed cached blocks out")

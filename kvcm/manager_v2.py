@@ -17,6 +17,7 @@ from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .storage_quota import plan_storage
+from .policy import Decisions, rule, setting
 
 
 class KVCacheManagerV2(BaseKVCacheManager):
@@ -307,3 +308,43 @@ class KVCacheManagerV2(BaseKVCacheManager):
     def kv_cache_desc(self, request_id) -> KVCacheDesc:
         seq = self._seq(request_id)
         return KVCacheDesc(seq.capacity, seq.history)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class V2Decisions(Decisions):
+    SUBSYSTEM = "V2 constraints, clamp and chunks"
+
+    generic_v2_longest_decode = setting(
+        False, "whether generic V2 has a longest-decode constraint floor: no, it is DeepSeek-V4's alone (TensorRT-LLM "
+        "PR #16545 moved it into generic V2 and inflated every ordinary model's estimation pool; PR #19213 scoped it "
+        "back)")
+
+    generic_v2_context_counts_extra = setting(
+        True, "whether generic V2's context (chunked-prefill) floor counts the extra KV tokens: max_num_tokens + E "
+        "(TensorRT-LLM PR #16173: the DSV4 context constraint was sized without num_extra_kv_tokens)")
+
+    pool_ratio_keeps_v4_floors = setting(
+        False, "whether an explicit kv_cache_config.pool_ratio keeps DeepSeek-V4's constraint floors (those with its "
+        "longest decode): no, the ratio is used as given with no floors at all (TensorRT-LLM PR #19213's explicit "
+        "opt-out; before it only generic V2's floors were dropped)")
+
+    @rule("the capacity V2's clamp is asked for: the bound plus the extra slots, so a bound that fits comes back "
+          "whole (TensorRT-LLM PR #13935 clamped the bound itself)")
+    def clamp_bound(token_num_upper_bound: int, extra: int) -> int:
+        return token_num_upper_bound + extra
+
+    @rule("the blocks of one pool V2's clamp gives the batch's long request: the pool's total less the short "
+          "requests' blocks (clamp_max_seq_len_for_mem starts from storage.num_slots; from the free blocks, "
+          "warmup's short dummies were taken away twice)")
+    def clamp_blocks(num_blocks: int, num_free: int, short_blocks: int) -> int:
+        return num_blocks - short_blocks
+
+    clamp_skips_stale_pages = setting(
+        True, "whether the clamp's long request needs, in a sliding group, only its capacity less the window blocks "
+        "already stale (its attention type's pages_needed), not every block of the sequence (vLLM PR #40946: a "
+        "sliding-window gate budgeting the full sequence refused requests that fit)")
+
+    refused_chunk_restores_started = setting(
+        True, "whether a request made by add_sequence whose first context chunk was refused counts as started (its "
+        "pages LOCKED, not HELD) only as it did before the call, since a refused call changes nothing "
+        "(docs/semantics.md 11.2; V2 marked it started before it knew the chunk fit, issue 39)")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..policy import resolve
+from ..policy import Decisions, resolve, rule
 
 
 def block_key(node) -> tuple:
@@ -167,3 +167,15 @@ class AdaptiveReplacement:
 
 
 HOST_LEVEL = AdaptiveReplacement
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class ArcDecisions(Decisions):
+    SUBSYSTEM = "V2's host level: ARC"
+
+    @rule("how far an ARC ghost hit moves T1's target: by the other ghost list's length over the hit one's, at least "
+          "one (vLLM kv_offload/cpu/policies/arc.py ARCCachePolicy._adapt_to_ghost_hit: max(1, |B2| / |B1|) on a B1 "
+          "hit; Megiddo and Modha, ARC, FAST '03, Fig. 4); a fixed step of one adapts slowest exactly when one ghost "
+          "list is the longer, and keeps evicting the partition the workload needs")
+    def arc_ghost_step(hit_ghosts: int, other_ghosts: int) -> float:
+        return max(1, other_ghosts / hit_ghosts)

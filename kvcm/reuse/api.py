@@ -280,7 +280,7 @@ class ReuseMixin:
     def _reported_group(self) -> int:
         """The group ``get_num_free_blocks`` reports: the most constrained full one (any when none is full)."""
         groups = [g.index for g in self.layer_groups if g.is_full] or [g.index for g in self.layer_groups]
-        return min(groups, key=lambda g: self.policy.free_blocks(self.pools[g].num_free, self.pools[g].num_reusable))
+        return min(groups, key=lambda g: self.pools[g].num_free + self.pools[g].num_reusable)
 
     def get_block_counts(self, group: int | None = None) -> BlockCounts:
         """``free`` (never used or evicted), ``reusable`` (cached, unreferenced) and ``in_use`` (held by a
@@ -314,7 +314,7 @@ class ReuseMixin:
     def get_kv_cache_stats(self) -> KvCacheStats:
         g = self._reported_group()
         pool, t = self.pools[g], self._reuse_totals
-        free = self.policy.free_blocks(pool.num_free, pool.num_reusable)
+        free = pool.num_free + pool.num_reusable     # cached blocks nobody holds count as free (allocating evicts)
         host = getattr(self._reuse, "host", None)
         tier = {}
         if host:

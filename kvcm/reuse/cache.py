@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from ..policy import resolve
+from ..policy import Decisions, resolve, rule, setting
 from .stats import BlockCounts, ReuseCounters
 from .tree import Node, RadixTree, deepest_first
 
@@ -186,3 +186,33 @@ class ReuseCache:
         pool = self.pools[g]
         private = pool.num_used - len(self.page_node[g])
         return BlockCounts(pool.num_free, pool.num_reusable, private + self.referenced[g], pool.num_blocks)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class ReuseCacheDecisions(Decisions):
+    SUBSYSTEM = "block reuse: references and eviction"
+
+    @rule("how many blocks a dropped reference adds to the reusable count: one when the last reference goes, none "
+          "while another request holds the block (SGLang #35270 counted a shared block once per holder)")
+    def reusable_gain(refs_left: int) -> int:
+        return 1 if refs_left == 0 else 0
+
+    @rule("whether a cached page at the head of the eviction order may be evicted: only when no request holds it "
+          "(TensorRT-LLM #17926: blocks were detached under a live request)")
+    def may_evict(refs: int) -> bool:
+        return refs == 0
+
+    evict_with_descendants = setting(
+        True, "whether an allocation that finds no unheld leaf to evict (in a group that evicts leaves first) "
+        "evicts an unheld block with descendants, taking its descendants' pages in that group out of the tree, as "
+        "TensorRT-LLM's getFreeBlock does (kvCacheManager.cpp freeBlockAndAllDescendants / "
+        "detachDescendantsFromLookupTree). Leaves only, a pool counted a cached block it could not evict as "
+        "available: V1 with a window group and reuse raised RuntimeError from the block pool with another group's "
+        "page already taken (issue 39). Both the eviction heap (V2) and V1's queued pool ask it")
+
+    @rule("return one page to its pool; a page that is already free is refused, never listed twice in the free "
+          "list (vLLM #42571: free_blocks([b, b]) grew the free count by two)")
+    def release_block(pool, block: int) -> None:
+        if not pool.is_used(block):
+            raise RuntimeError(f"block {block} released twice")
+        pool.push_free(block)

@@ -28,6 +28,7 @@ from ..free_queue import DEFAULT_PRIORITY
 from .cache import ReuseCache
 from .host_tier import _host_storage
 from .tree import Node, deepest_first
+from ..policy import Decisions, setting
 
 
 def host_level_blocks(host_cache_size: int | None, pools) -> list[int]:
@@ -289,3 +290,24 @@ class LeveledReuseCache(ReuseCache):
 
 _PENDING = -2
 """``Node.host`` of a block whose GPU page has just been evicted and that the host level has not taken yet."""
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class HostLevelDecisions(Decisions):
+    SUBSYSTEM = "V2's host level"
+
+    onboard_source_protected = setting(
+        True, "whether a host page a match is migrating back to the GPU is out of the host level's eviction while "
+        "GPU slots are prepared for it (batched_lock_to_gpu excludes the pages from eviction first); without it the "
+        "host evicted, for the pages the GPU pushed down, the very page being onboarded (SGLang PR #27631: a "
+        "re-entrant evict_host freed pages being loaded)")
+
+    host_drop_takes_descendants = setting(
+        True, "whether a page dropped at the last level takes its block's descendants with it in a full-attention "
+        "group (Block.clear_stale_blocks_after_page_unlink -> remove_subtree): descendants left behind are "
+        "unreachable and keep host and GPU pages counted as cached")
+
+    store_beside_host_copy = setting(
+        False, "whether a request committing a block that the tree holds on the host level installs its GPU page "
+        "beside the host one (no: a block holds one page a life cycle, and an equal coverage does not replace it, "
+        "Block.can_replace_page); beside it the block was counted on both levels")

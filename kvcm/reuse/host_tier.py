@@ -21,6 +21,7 @@ import torch
 from ..free_queue import DEFAULT_PRIORITY, QueuedBlockPool
 from .queued_cache import QueuedReuseCache
 from .tree import Node, deepest_first
+from ..policy import Decisions, rule, setting
 
 
 def host_blocks(host_cache_size: int | None, bytes_per_block: int) -> int:
@@ -213,3 +214,32 @@ class TieredReuseCache(QueuedReuseCache):
             self.host_node[g].clear()
             host.num_reusable = 0
         super().reset()
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class HostTierDecisions(Decisions):
+    SUBSYSTEM = "host tier"
+
+    @rule("whether a cached block an allocation evicts may go to the host tier: at a priority at least "
+          "secondary_offload_min_priority (evictionPolicy.cpp getFreeBlock tests level >= min; the docstring of "
+          "KvCacheConfig says '>', and a block at exactly the minimum was then dropped)")
+    def offloadable(priority: int, min_priority: int) -> bool:
+        return priority >= min_priority
+
+    offload_keeps_priority = setting(
+        True, "whether an offloaded block waits in the host queue at its own priority ('Update the block as a "
+        "secondary block (maintaining its priority)', kvCacheManager.cpp getFreeBlock); at the default (35), "
+        "priorities lost on the way down let a long-kept system prompt go before a one-off answer once the host "
+        "filled")
+
+    @rule("the reusable counts (GPU, host) after a block moves to the host tier: one fewer on the GPU, one more on "
+          "the host (TensorRT-LLM PR #12834 / #12297, issue #11879: the claim after the memory swap updated the "
+          "other level's list, free > max and used < 0)")
+    def tier_counts_after_offload(gpu_reusable: int, host_reusable: int) -> tuple[int, int]:
+        return gpu_reusable - 1, host_reusable + 1
+
+    @rule("copy one block's KV between the GPU and host tiers, synchronously (TensorRT-LLM #8813: with "
+          "host_cache_size a hit returned other prompts' tokens, the offload/onboard copy not synchronized with its "
+          "use)")
+    def tier_copy(dst_storage, dst_row: int, src_storage, src_row: int) -> None:
+        dst_storage[dst_row].copy_(src_storage[src_row])
