@@ -19,18 +19,13 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
-import time
 
 from .block_pool import BlockPool
 from .policy import Decisions, rule, setting
+from .retention_clock import monotonic_ms
 
 DEFAULT_PRIORITY = 35
 """TensorRT-LLM's ``kDefaultRetentionPriority``: the queue every block starts in."""
-
-
-def monotonic_ms() -> float:
-    """The clock retention durations are measured on (``LRUEvictionPolicy::getTime``: steady_clock)."""
-    return time.monotonic() * 1000.0
 
 
 class FreeBlockQueue:
@@ -215,7 +210,7 @@ class QueuedBlockPool(BlockPool):
         self.on_expire = None                  # told of a queued page whose priority fell back to 35
         self.release_priority = DEFAULT_PRIORITY   # the FIFO ``push_free`` appends to (set around a release)
         self.release_duration = None               # and how long it keeps it
-        self.clock = monotonic_ms              # milliseconds; a test injects its own (``set_clock``)
+        self.clock = monotonic_ms              # milliseconds; a V1 manager shares its RetentionClock (``set_clock``)
         self._expiring: list = []              # (expiry, serial, page, queue key) of timed queued pages
         self._serial = itertools.count()
 

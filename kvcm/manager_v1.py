@@ -12,6 +12,7 @@ from .errors import OutOfPagesError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
 from .policy import Decisions, rule, setting
+from .retention_clock import RetentionClock, reads_clock
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
@@ -28,6 +29,13 @@ class KVCacheManagerV1(BaseKVCacheManager):
         """TensorRT-LLM's V1 splits max_gpu_total_bytes between target and draft only when the layout has variable
         windows (otherwise one shared max_tokens sizes both)."""
         return vswa
+
+    def _init_reuse(self) -> None:
+        """One ``RetentionClock`` for every pool, the host tier's included (it takes the GPU pools' clock)."""
+        clock = RetentionClock()
+        for pool in self.pools:
+            pool.clock = clock
+        super()._init_reuse()
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block
@@ -182,6 +190,19 @@ class KVCacheManagerV1(BaseKVCacheManager):
             return False
         self._seq(request_id).history = token_num - 1 if is_gen else 0
         return True
+
+
+# The calls that may start or check a retention timer: a release (``free_resources``, a shrinking ``_set_tokens``:
+# a rewind, rejected drafts), an allocation that may offload a timed block to the host tier (``add_sequence``, a
+# growing ``_set_tokens``, dummies), ``refresh_blocks``; and ``begin_context_chunk``, which frees the request it made
+# when its ``_set_tokens`` fails. With a user's clock each reads it once before it changes anything
+# (kvcm/retention_clock.py); a decode step within the blocks a request holds reads none (the engine's hot path).
+# V1 stores blocks without releasing any (rebasing is V2's), so ``append_tokens`` and ``end_context_chunk`` read none.
+# The exhaustive explorer runs every operation with a clock that fails.
+CLOCK_READERS = ("add_sequence", "begin_context_chunk", "_set_tokens", "free_resources", "add_dummy_requests",
+                 "refresh_blocks")
+for _name in CLOCK_READERS:
+    setattr(KVCacheManagerV1, _name, reads_clock(getattr(KVCacheManagerV1, _name)))
 
 
 # ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------

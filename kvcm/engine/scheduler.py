@@ -34,7 +34,7 @@ import time
 from collections import deque
 
 from ..policy import Decisions, resolve, rule, setting
-from ..errors import OutOfPagesError
+from ..errors import OutOfPagesError, UserCallbackError
 from ..limits import Limits
 from ..protocols import StepManager
 from . import reuse as _reuse
@@ -71,6 +71,7 @@ class Scheduler:
         self.stop_strings = stop_strings if stop_strings is not None else StopStrings(tokenizer)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self._added: list[Sequence] = []       # every request of this run, for ``abort``
         self.num_preemptions = 0
         self.reuse = reuse
         self.reuse_stats = _reuse.ReuseStats()
@@ -90,6 +91,17 @@ class Scheduler:
         if seq.params.stop_strings and self.tokenizer is None:
             raise ValueError("stop_strings need a tokenizer: pass tokenizer= to LLM")
         self.waiting.append(seq)
+        self._added.append(seq)
+
+    def abort(self) -> None:
+        """A run that raised part way: free every request of it on both caches (stored as at any release: only
+        blocks below a request's history, which a step moves once its forward is done)."""
+        for seq in self._added:
+            if seq.status is not Status.FINISHED:
+                seq.status = Status.FINISHED
+                self._release(seq)
+        self.running.clear()
+        self.waiting.clear()
 
     @property
     def has_work(self) -> bool:
@@ -372,7 +384,11 @@ class Scheduler:
         seq.status = Status.FINISHED
         self._release(seq)
         if first and self.on_finish is not None:
-            self.on_finish(seq.index)
+            try:
+                self.on_finish(seq.index)
+            except Exception as exc:
+                raise UserCallbackError("on_finish", f"raised {type(exc).__name__}: {exc} (told that prompt "
+                                                     f"{seq.index} finished)") from exc
 
     def _draft_slots(self, seq: Sequence) -> int:
         """Draft slots a verification of ``seq`` reserves: ``D``, fewer near ``max_seq_len``. ``verify`` rewinds

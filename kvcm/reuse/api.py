@@ -12,6 +12,7 @@ import operator
 
 from .. import validation
 from ..errors import ConfigError, OutOfPagesError
+from ..retention_clock import RetentionClock
 from ..units import ceil_div
 from .cache import ReuseCache  # noqa: F401  (the type the managers' _reuse is)
 from .version_rules import find_match, store
@@ -375,14 +376,19 @@ class ReuseMixin:
             if refresh is not None:
                 refresh()
 
+    @property
+    def retention_clock(self):
+        """The ``RetentionClock`` this manager's pools share (V1), or None (V2 keeps no durations)."""
+        clock = getattr(self.pools[0], "clock", None)
+        return clock if isinstance(clock, RetentionClock) else None
+
     def set_clock(self, clock_ms) -> None:
         """The clock retention durations run on: a callable returning milliseconds (monotonic). Tests inject
-        one, as TensorRT-LLM's tests mock ``LRUEvictionPolicy::getTime``."""
-        if not callable(clock_ms):
-            raise ConfigError("clock_ms", clock_ms, "must be a callable returning milliseconds")
-        for pool in self.pools:
-            if hasattr(pool, "clock"):
-                pool.clock = clock_ms
+        one, as TensorRT-LLM's tests mock ``LRUEvictionPolicy::getTime``. It is called once here and refused unless
+        it reads a finite number at or above the last reading; from then on each call that may start or check a
+        timer reads it once before changing anything (``kvcm/retention_clock.py``). V2 checks it the same way and
+        keeps no durations to run on it."""
+        (self.retention_clock or RetentionClock()).replace(clock_ms)
 
     def get_priority_by_block_id(self, block_id, group: int = 0) -> int:
         """The retention priority of a block (TensorRT-LLM ``getPriorityByBlockId``): a cached block's, or the one

@@ -26,7 +26,7 @@ from ..config import HOST_EVICTION_POLICIES
 from ..eviction import host_level
 from ..free_queue import DEFAULT_PRIORITY
 from .cache import ReuseCache
-from .host_tier import _host_storage
+from .host_tier import _host_storage, check_host_memory
 from .tree import Node, deepest_first
 from ..policy import Decisions, setting
 
@@ -121,6 +121,7 @@ class LeveledReuseCache(ReuseCache):
         counts = host_level_blocks(cfg.host_cache_size, pools)
         if not any(counts):
             return None
+        check_host_memory(cfg.host_cache_size, counts, pools)
         return cls(pools, groups, leaf_only, order=order, num_host_blocks=counts,
                    host_eviction_policy=cfg.host_eviction_policy, policy=policy)
 

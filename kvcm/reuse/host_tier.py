@@ -16,8 +16,11 @@ Host pages are pinned CPU memory when the GPU pool is on CUDA, plain CPU memory 
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from ..errors import ConfigError
 from ..free_queue import DEFAULT_PRIORITY, QueuedBlockPool
 from .queued_cache import QueuedReuseCache
 from .tree import Node, deepest_first
@@ -30,6 +33,33 @@ def host_blocks(host_cache_size: int | None, bytes_per_block: int) -> int:
     if not host_cache_size or bytes_per_block <= 0:
         return 0
     return int(host_cache_size) // int(bytes_per_block)
+
+
+def host_memory_available() -> int:
+    """Bytes of host memory a new allocation can take now: ``MemAvailable`` (free memory plus the page cache the
+    kernel can drop), or the free pages where /proc/meminfo has no such line."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_host_memory(host_cache_size: int, num_blocks: list[int], pools) -> None:
+    """A host tier on a real device must fit the host memory available, checked before any of it is allocated:
+    torch's allocator would refuse it without naming ``host_cache_size``, or (on Linux, which overcommits) hand it
+    out and let the zeroing touch every page until the kernel kills the process."""
+    if not pools or pools[0].device.type == "meta":
+        return
+    need = sum(n * pool.bytes_per_block for n, pool in zip(num_blocks, pools))
+    available = host_memory_available()
+    if need > available:
+        raise ConfigError("host_cache_size", host_cache_size,
+                          f"needs {need} bytes of host memory ({sum(num_blocks)} host blocks), more than the "
+                          f"{available} bytes this machine has available; give at most {available} bytes")
 
 
 def _host_storage(num_blocks: int, bytes_per_block: int, device: torch.device) -> torch.Tensor | None:
@@ -51,6 +81,7 @@ class TieredReuseCache(QueuedReuseCache):
         n = host_blocks(cfg.host_cache_size, sum(g.bytes_per_block for g in groups))
         if n == 0:
             return None
+        check_host_memory(cfg.host_cache_size, [n] * len(pools), pools)
         return cls(pools, groups, leaf_only, order=order, num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
                    offload_min_priority=cfg.offload_min_priority, policy=policy)
 
@@ -238,8 +269,11 @@ class HostTierDecisions(Decisions):
     def tier_counts_after_offload(gpu_reusable: int, host_reusable: int) -> tuple[int, int]:
         return gpu_reusable - 1, host_reusable + 1
 
-    @rule("copy one block's KV between the GPU and host tiers, synchronously (TensorRT-LLM #8813: with "
-          "host_cache_size a hit returned other prompts' tokens, the offload/onboard copy not synchronized with its "
-          "use)")
+    @rule("copy one block's KV between the GPU and host tiers, ordered with its use: queued on the device's stream, "
+          "after the kernels that wrote the block and before those that read it, the host not waiting "
+          "(TensorRT-LLM kvCacheTransferManager.cpp: onboard and offload streams joined to the compute stream by "
+          "events, syncWithBufferManager / syncTransfers; #8813: with host_cache_size a hit returned other prompts' "
+          "tokens, the copy not synchronized with its use). A waiting copy stalled the host for the GPU's queue at "
+          "every block: the engine's next step, launched before the last one finished, lost its overlap")
     def tier_copy(dst_storage, dst_row: int, src_storage, src_row: int) -> None:
-        dst_storage[dst_row].copy_(src_storage[src_row])
+        dst_storage[dst_row].copy_(src_storage[src_row], non_blocking=True)

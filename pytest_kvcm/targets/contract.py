@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcm import startup
+from kvcm.errors import UserCallbackError
 
 
 REUSE_ORACLES = ("v1", "v2")  # kvcm versions the reuse state machine can compare a target with
@@ -101,35 +102,52 @@ class KVCacheTarget:
             raise ValueError(f"request {rid!r} is already allocated")
         if num_tokens < 1 or lookahead < 0:
             raise ValueError(f"num_tokens={num_tokens} must be >= 1 and lookahead={lookahead} >= 0")
-        ok = self._allocate(rid, num_tokens, lookahead)
+        ok = self._hook("_allocate", rid, num_tokens, lookahead)
         if ok:
             self._tokens[rid] = num_tokens
         return ok
 
     def allocate_batch(self, rids: list[str], token_nums: list[int], lookahead: int = 0) -> bool:
-        """Several new requests at once, all or none (a warmup batch)."""
+        """Several new requests at once, all or none (a warmup batch): a refusal or an exception frees the ones
+        already made."""
         done = []
-        for rid, n in zip(rids, token_nums):
-            if not self.allocate(rid, n, lookahead):
-                for r in done:
-                    self.free(r)
-                return False
-            done.append(rid)
-        return True
+        try:
+            for rid, n in zip(rids, token_nums):
+                if not self.allocate(rid, n, lookahead):
+                    break
+                done.append(rid)
+            else:
+                return True
+        except BaseException:
+            for r in done:
+                self.free(r)
+            raise
+        for r in done:
+            self.free(r)
+        return False
 
     def grow(self, rid: str, num_tokens: int = 1, lookahead: int = 0) -> bool:
         """The request's tokens so far are computed; make room for ``num_tokens`` more plus ``lookahead`` slots.
         False when they do not fit, with the request as it was."""
         if num_tokens < 1 or lookahead < 0:
             raise ValueError(f"num_tokens={num_tokens} must be >= 1 and lookahead={lookahead} >= 0")
-        ok = self._grow(rid, self._tokens[rid], num_tokens, lookahead)
+        ok = self._hook("_grow", rid, self._tokens[rid], num_tokens, lookahead)
         if ok:
             self._tokens[rid] += num_tokens
         return ok
 
     def free(self, rid: str) -> None:
-        self._free(rid)
+        self._hook("_free", rid)
         del self._tokens[rid]
+
+    def _hook(self, name: str, *args):
+        """Call the adapter's own ``name``: what it raises comes up as a ``UserCallbackError`` naming the adapter and
+        the hook (its cause is the original), with this base's books unchanged; a skip or an interrupt passes."""
+        try:
+            return getattr(self, name)(*args)
+        except Exception as exc:
+            raise UserCallbackError(f"adapter {type(self).__name__}, {name}",
+                                    f"raised {type(exc).__name__}: {exc}") from exc
 
     # ---- block reuse (optional: adapters with ``supports_reuse``; built with ``PoolSpec(reuse=True)``) -------------
     def allocate_prompt(self, rid: str, token_ids) -> int | None:
@@ -141,7 +159,7 @@ class KVCacheTarget:
         ids = [int(t) for t in token_ids]
         if not ids:
             raise ValueError("a prompt needs at least one token id")
-        reused = self._allocate_prompt(rid, ids)
+        reused = self._hook("_allocate_prompt", rid, ids)
         if reused is not None:
             self._tokens[rid] = len(ids)
         return reused

@@ -90,6 +90,7 @@ def test_tiny_gemma3_reuses_a_prefix_longer_than_the_window(model, version):
     assert runs[True] == runs[False]
 
 
+@pytest.mark.cpu_only
 @pytest.mark.slow
 def test_tiny_gemma3_under_the_triton_interpreter():
     """The same gates through the Triton kernels, executed by the interpreter on this CPU."""

@@ -141,6 +141,7 @@ def test_temperature_tuning_at_the_true_positions(model, version):
                 m.attn_temperature_tuning, m.floor_scale = config.attn_temperature_tuning, config.floor_scale
 
 
+@pytest.mark.cpu_only
 @pytest.mark.slow
 def test_tiny_llama4_under_the_triton_interpreter():
     """The parity gate through the Triton attention kernel (its chunk mask), executed by the interpreter: the

@@ -13,7 +13,10 @@ name ends in ``?`` must be refused with ``ConfigError`` or ``UnknownRequestError
 A configuration with ``retention`` also admits requests with a ``KvCacheRetentionConfig`` (a timed high priority
 on the first block, a timed low one on decode blocks: TensorRT-LLM's token ranges and ``decode_duration_ms``),
 moves the manager's clock a millisecond at a time (``tick``, a few times at most, so the states stay finite) and
-calls ``refresh_blocks``; one with ``scopes`` admits under a ``cache_salt`` and a ``lora_task_id`` too, whose
+calls ``refresh_blocks``; there every other operation is also tried with a clock that fails (``clock-raises?``
+and, on a release, ``clock-backwards?`` and ``clock-nan?``): it raises ``UserCallbackError`` with the manager
+exactly as it was (the search compares every byte it keeps, not only what a caller sees), or reads no clock and
+goes through. One with ``scopes`` admits under a ``cache_salt`` and a ``lora_task_id`` too, whose
 blocks no other scope may match.
 
 A new manager operation or option joins this alphabet (``enabled`` and ``apply``) in the same change.
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvcm.errors import ConfigError, OutOfPagesError, UnknownRequestError
+from kvcm.errors import ConfigError, OutOfPagesError, UnknownRequestError, UserCallbackError
 from kvcm.reuse.retention import KvCacheRetentionConfig, TokenRangeRetentionConfig
 
 REFUSALS = (OutOfPagesError,)
@@ -46,6 +49,27 @@ class StepClock:
 
     def __repr__(self) -> str:
         return f"StepClock({self.t})"
+
+
+class FailingClock:
+    """A clock that reads ``t`` once (``set_clock`` calls it when handed in), then fails as ``how`` says: it
+    raises (``raises``), reads a millisecond earlier (``backwards``), or reads NaN (``nan``)."""
+
+    def __init__(self, t: int, how: str):
+        self.t, self.how, self.read = t, how, False
+
+    def __call__(self):
+        if not self.read:
+            self.read = True
+            return self.t
+        if self.how == "raises":
+            raise RuntimeError("the clock's source is gone")
+        return self.t - 1 if self.how == "backwards" else float("nan")
+
+    def __repr__(self) -> str:
+        return f"FailingClock({self.t}, {self.how!r})"
+
+
 
 
 def retention(cfg) -> KvCacheRetentionConfig:
@@ -126,9 +150,24 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
     ops.append(("reset",))
     if cfg.host or cfg.retention:
         ops.append(("refresh",))
-    if cfg.retention and hasattr(mgr.pools[0], "clock") and mgr.pools[0].clock() < MAX_TICKS:   # V1's clock
-        ops.append(("tick",))
+    if cfg.retention and hasattr(mgr.pools[0], "clock"):              # V1's clock
+        if mgr.pools[0].clock() < MAX_TICKS:
+            ops.append(("tick",))
+        ops += _with_failing_clock(ops)
     return ops
+
+
+def _with_failing_clock(ops: list) -> list:
+    """The first operation of each kind again, with a clock that raises; a release also with one that runs
+    backwards and one that reads NaN (the kinds are what differs; their arguments only pick pages)."""
+    first: dict[str, tuple] = {}
+    for op in ops:
+        if not op[0].endswith("?") and op[0] != "tick":
+            first.setdefault(op[0], op)
+    out = [("clock-raises?",) + op for op in first.values()]
+    if "free" in first:
+        out += [(f"clock-{how}?",) + first["free"] for how in ("backwards", "nan")]
+    return out
 
 
 def _chunks(rest: int, scale: int) -> list[int]:
@@ -140,6 +179,8 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
     """Make the operation's calls on manager ``m``; the next driver state, or ``Refused``. Any other exception
     escapes (a violation, unless the operation is bad input and it is a documented one)."""
     kind = op[0]
+    if kind.startswith("clock-"):
+        return _with_clock_that_fails(m, cfg, prompts, drv, op)
     if kind.endswith("?"):
         try:
             _bad_input(m, cfg, prompts, drv, op)
@@ -220,6 +261,21 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
     else:
         raise ValueError(op)
     return Driver(tuple(slots), drv.dummies)
+
+
+def _with_clock_that_fails(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
+    """``op[1:]`` with a clock that fails, then the good clock back at the same time. A call that reads the clock
+    raises ``UserCallbackError`` before it changes anything (the search checks every byte); one that reads none
+    (a decode step within the blocks held) goes through, or is refused, as with the good clock."""
+    how, inner = op[0][len("clock-"):-1], op[1:]
+    now = m.pools[0].clock()
+    m.set_clock(FailingClock(now, how))
+    try:
+        return apply(m, cfg, prompts, drv, inner)
+    except UserCallbackError:
+        raise Refused from None
+    finally:
+        m.set_clock(StepClock(now))
 
 
 def _reused_pages_are_cached(m, cfg, request_id, n: int) -> None:

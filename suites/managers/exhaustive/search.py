@@ -10,7 +10,8 @@ and block tables with pages renamed by first appearance, the reuse tree's shape 
 reference counts and the eviction order of unheld pages, the driver's state and the oracle's. Statistics are
 left out (they only grow). Two states with the same form behave the same up to the names of pages.
 
-Checked on every call: only documented exceptions escape; a refused call leaves ``observe`` as it was; the
+Checked on every call: only documented exceptions escape; a refused call leaves ``observe`` as it was (a call
+whose clock failed leaves every byte of the state as it was); the
 oracle agrees where it applies. On every new state: ``check_books`` and ``check_reused_tokens``, the queries an
 engine makes (agreeing counts, an admission credit within what is held, V1's available tokens; none changes
 anything), and freeing everything then ``reset_prefix_cache`` leaves every block free. The first violation of each
@@ -173,7 +174,10 @@ class Explorer:
             except Refused:
                 if self.snapshot(mgr) != blob:
                     before = before or observe(self.restore(blob))
-                    if observe(mgr) != before:
+                    if op[0].startswith("clock-"):      # a failed clock: nothing kept may differ, seen or not
+                        self._violation(report, kinds, "clock-changed", f"{op} changed the manager (what a "
+                                        f"caller sees {'too' if observe(mgr) != before else 'alike'})", path, op)
+                    elif observe(mgr) != before:
                         self._violation(report, kinds, "refused-changed", f"refused {op} changed the manager",
                                         path, op)
                     dirty = True
