@@ -27,10 +27,6 @@ _DTYPES = {
 }
 
 
-MAX_EVENT_BUFFER = (1 << 31) - 1
-"""The most events a manager keeps for ``get_latest_events`` (TensorRT-LLM's queue is sized by a SizeType32)."""
-
-
 def resolve_dtype(value, field_name: str = "dtype") -> torch.dtype:
     """Accept a torch dtype or its usual spellings ('bfloat16', 'torch.float32', 'fp8')."""
     if isinstance(value, torch.dtype):
@@ -81,6 +77,12 @@ class BatchDesc:
         return len(self.kv_caches)
 
 
+HOST_EVICTION_POLICIES = ("lru", "arc")
+MAX_EVENT_BUFFER = (1 << 31) - 1
+"""The most events a manager keeps for ``get_latest_events`` (TensorRT-LLM's queue is sized by a SizeType32)."""
+"""The values of ``KvCacheConfig.host_eviction_policy``: each names its module of ``kvcm.eviction``."""
+
+
 def _power_of_two(tpb: int) -> int:
     return power_of_two("tokens_per_block", tpb)
 
@@ -127,6 +129,10 @@ class KvCacheConfig:
     onboard_blocks: StrictBool = Field(True, description="must be True or False")
     secondary_offload_min_priority: Annotated[Int, Field(ge=0, le=100)] | None = Field(
         None, description="must be an integer in [0, 100] or None")
+    # the order V2's host level evicts its own pages in (kvcm.eviction, a module of each name); V1's secondary pool
+    # keeps TensorRT-LLM's LRU queue, "lru"
+    host_eviction_policy: Literal[HOST_EVICTION_POLICIES] = Field(
+        "lru", description=f"must be one of {', '.join(map(repr, HOST_EVICTION_POLICIES))}")
     # KV cache events (docs/semantics.md 13), TensorRT-LLM's names and defaults: event_buffer_max_size events are
     # kept for get_latest_events (0: events off); the hash algorithm of the blocks they name ("auto": v1_block_key)
     event_buffer_max_size: Annotated[Int, Field(ge=0, le=MAX_EVENT_BUFFER)] = Field(

@@ -12,11 +12,9 @@ from __future__ import annotations
 import math
 import warnings
 
-from .. import versions
 from ..errors import ConfigError
 from . import hashing
 from .emitter import NO_EVENTS, EventEmitter
-from .queue import V1Queue, V2Queue
 
 
 def window_size(group, max_seq_len: int) -> int:
@@ -28,27 +26,28 @@ def window_size(group, max_seq_len: int) -> int:
 
 class EventsMixin:
     def _init_events(self) -> None:
-        """After the pools and the reuse cache: the emitter, handed to the cache, and one created event a group."""
+        """After the pools and the reuse cache: the version's queue (``versions``' ``events``), the emitter handed to
+        the cache, and one created event a group."""
         cfg = self.kv_cache_config
         self._events = NO_EVENTS
         if not cfg.event_buffer_max_size:
             return
+        queue_cls = self._version.event_queue_class
         algo = cfg.kv_cache_event_hash_algo
-        v1 = versions.get(self.kvcm_version).event_rules == "window block manager"
-        if v1 and algo not in (hashing.AUTO, hashing.V1_BLOCK_KEY):
-            warnings.warn(f"kv_cache_event_hash_algo={algo!r}: V1 events always carry v1_block_key hashes "
+        fixed = queue_cls.fixed_hash_algo
+        if fixed is not None and algo not in (hashing.AUTO, fixed):
+            warnings.warn(f"kv_cache_event_hash_algo={algo!r}: these events always carry {fixed} hashes "
                           "(TensorRT-LLM's V1 warns and keeps them)", UserWarning, stacklevel=3)
-        algo = hashing.V1_BLOCK_KEY if v1 or algo == hashing.AUTO else algo
-        queue = (V1Queue if v1 else V2Queue)(cfg.event_buffer_max_size, algo, self.policy)
+        algo = fixed or (hashing.V1_BLOCK_KEY if algo == hashing.AUTO else algo)
+        queue = queue_cls(cfg.event_buffer_max_size, algo, self.policy)
         windows = [window_size(g, self.max_seq_len) for g in self.layer_groups]
-        self._events = EventEmitter(queue, windows, priority_events=v1)
+        self._events = EventEmitter(queue, windows, priority_events=queue_cls.priority_events)
         if self._reuse is not None:
             self._reuse.events = self._events
-        # V1 names both levels always (no host tier: 0 blocks), in window order; V2 the levels it has, by group
         host = getattr(self._reuse, "host", None)
-        order = sorted(range(len(self.pools)), key=lambda g: (windows[g], g)) if v1 else range(len(self.pools))
-        for g in order:
-            second = (host[g].num_blocks,) if host else (0,) if v1 else ()
+        groups = range(len(self.pools))
+        for g in sorted(groups, key=lambda g: (windows[g], g)) if queue_cls.created_in_window_order else groups:
+            second = (host[g].num_blocks,) if host else (0,) if queue_cls.every_level_created else ()
             self._events.created(g, (self.pools[g].num_blocks,) + second)
 
     def flush_iteration_events(self) -> None:

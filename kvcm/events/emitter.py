@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 
+from ..policy import Decisions, setting
 from . import hashing
 from .types import GPU_LEVEL, KVCacheCreatedData, KVCacheEventDiff, KVCacheStoredBlockData, KVCacheUpdatedData
 
@@ -149,3 +150,26 @@ class EventEmitter(NoEvents):
 
     def take(self) -> list:
         return self.queue.take()
+
+
+class EventDecisions(Decisions):
+    """Which changes of the reuse tree are announced: a router rebuilds its prefix index from these alone, so a removal
+    not sent, or sent for the wrong group, leaves it routing to blocks the worker no longer holds."""
+
+    SUBSYSTEM = "kv cache events"
+
+    removed_event_for_descendants = setting(
+        True, "whether the blocks an eviction takes with the block it chose (its descendants, detached from the "
+        "tree: getFreeBlock's freeChildren) are announced as removed, each one; TensorRT-LLM PR #16335 fixed "
+        "blockInRadixTree() testing the parent, so descendants of an evicted ancestor left silently")
+
+    in_place_take_announced = setting(
+        True, "whether a partly matched leaf a request takes over in place (it leaves the tree and the request "
+        "writes into it) is announced as removed; TensorRT-LLM V1's loadOrAllocateBlocks frees the leaf with "
+        "freeLeafBlock and no event (KVCacheManagerEventStreamPriority counts 1 event where it is re-stored), so "
+        "a router keeps offering a block no request can match until the request releases it")
+
+    removed_event_names_group = setting(
+        True, "whether a removal names only the group that lost the block; announced for every group holding it, a "
+        "router drops copies that are still cached (vLLM PR #48933: a BlockRemoved carries no count of the copies "
+        "that remain, so a consumer invalidates a hash another copy still serves)")

@@ -20,10 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..policy import Decisions, setting
 from .types import KVCacheEvent, KVCacheRemovedData, KVCacheStoredData
 
 
 class EventQueue:
+    fixed_hash_algo: str | None = None      # the algorithm its events always use (None: the config's)
+    priority_events = False                 # a match that changes a block's priority is announced
+    every_level_created = False             # created events name the host level even without one (0 blocks)
+    created_in_window_order = False         # created events go out by window size, not by group
+
     def __init__(self, max_size: int, hash_algo: str, policy):
         self.max_size = max_size
         self.hash_algo = hash_algo
@@ -62,6 +68,15 @@ class EventQueue:
 
 
 class V1Queue(EventQueue):
+    """TensorRT-LLM V1's ``KVCacheEventManager`` fed by its ``WindowBlockManager``s: ``v1_block_key`` hashes
+    whatever is asked (it warns), ``[primary, secondary]`` created once a window in window order
+    (``mWindowBlockManagers`` is a map by window size), priority updates from ``loadOrAllocateBlocks``."""
+
+    fixed_hash_algo = "v1_block_key"
+    priority_events = True
+    every_level_created = True
+    created_in_window_order = True
+
     def __init__(self, max_size: int, hash_algo: str, policy):
         super().__init__(max_size, hash_algo, policy)
         self._batches: dict[int, list] = {}    # group -> [window, parent hash, blocks] of the store call under way
@@ -121,6 +136,9 @@ class V1Queue(EventQueue):
 
 
 class V2Queue(EventQueue):
+    """TensorRT-LLM V2's ``_event_manager.py``: the hash algorithm asked, the levels it has, by layer group, and
+    no priority updates (V2 sets priorities by callback)."""
+
     def __init__(self, max_size: int, hash_algo: str, policy):
         super().__init__(max_size, hash_algo, policy)
         self._latest_stored: dict[int, int] = {}       # group -> index in pending of its latest stored event
@@ -159,3 +177,13 @@ class V2Queue(EventQueue):
         self._emit_removed()
         self._latest_stored.clear()
         super().flush()
+
+
+class QueueDecisions(Decisions):
+    SUBSYSTEM = "kv cache events"
+
+    removed_event_merge_scope = setting(
+        "last", "which pending removed event a V1 removal joins: the last event, when it is a removed event of the "
+        "same group (enqueueRemovedEvent); with 'latest_of_group', the group's latest removed event past later "
+        "events, which reorders a removal before a store it followed (TensorRT-LLM PR #11883: removals must reach a "
+        "router in order with the stores around them)", choices=("last", "latest_of_group"))

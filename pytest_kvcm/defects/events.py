@@ -1,6 +1,7 @@
 """The field's KV cache event bugs, put back into kvcm's events (``kvcm/events/``) through their decisions
-(``kvcm.policy.events``): removals not sent, sent for the wrong group, or batched out of order. Each leaves a KV-aware
-router's index (NVIDIA Dynamo's, llm-d's) disagreeing with the blocks the worker would match.
+(``EventDecisions`` in ``kvcm/events/emitter.py``, ``QueueDecisions`` in ``queue.py``): removals not sent, sent for
+the wrong group, or batched out of order. Each leaves a KV-aware router's index (NVIDIA Dynamo's, llm-d's)
+disagreeing with the blocks the worker would match.
 
 Each is caught at two levels at least: the ported event cases (``suites/conformance/test_v1_kv_events.py``,
 ``test_v2_kv_events.py``) and the manager-level ones (``suites/managers/test_kv_events.py``), the event-consistency

@@ -48,7 +48,7 @@ def test_a_bad_hash_algorithm_or_wait_is_refused():
 
 def test_v1_keeps_its_hashes_whatever_the_algorithm_asked():
     """TensorRT-LLM's V1 warns and keeps ``v1_block_key``; V2 takes the algorithm asked."""
-    with pytest.warns(UserWarning, match="V1 events always carry v1_block_key"):
+    with pytest.warns(UserWarning, match="always carry v1_block_key hashes"):
         v1 = _manager("v1", event_buffer_max_size=4, kv_cache_event_hash_algo="v2_sha256")
     v2 = _manager("v2", event_buffer_max_size=4, kv_cache_event_hash_algo="v2_sha256")
     assert [e.hash_algo for e in _read(v1)] == ["v1_block_key"] and [e.hash_algo for e in _read(v2)] == ["v2_sha256"]

@@ -42,6 +42,7 @@ class Config:
     window_offset: int = 0
     max_states: int = 5000       # the search stops at this many distinct states (or when nothing new is left)
     host: int = 0                # the host tier (V1's secondary pool, V2's host level): blocks a group, 0 = none
+    host_eviction: str = "lru"   # V2's host level: its order (KvCacheConfig.host_eviction_policy)
     retention: bool = False      # V1: admissions with timed retention priorities, the clock, refresh_blocks
     scopes: bool = False         # admissions under a cache_salt and a lora_task_id too
     events: int = 0              # event_buffer_max_size: KV cache events on, checked after every call
@@ -52,6 +53,7 @@ class Config:
         extra = f"-d{self.draft}" if self.draft else ""
         extra += f"-e{self.extra}" if self.extra else ""
         extra += f"-h{self.host}" if self.host else ""
+        extra += f"-{self.host_eviction}" if self.host_eviction != "lru" else ""
         extra += "-ret" if self.retention else ""
         extra += "-scopes" if self.scopes else ""
         extra += f"-ev{self.events}" if self.events else ""
@@ -189,7 +191,10 @@ def v2_host_level_configs() -> list[Config]:
     return [Config("v2", "full", 2, 4, "on", ids=True, host=2, max_states=3000),
             Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000),
             # retention priorities (V2 has no durations: no clock), so the host level's priority order is walked
-            Config("v2", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=2000)]
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=2000),
+            # the host level's own order by ARC (vLLM's offload policy): recency, frequency and ghost adaptation
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, host_eviction="arc", max_states=3000),
+            Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, host_eviction="arc", max_states=3000)]
 
 
 def _v2_host_level(cfg: Config, limits: dict):
@@ -199,7 +204,8 @@ def _v2_host_level(cfg: Config, limits: dict):
 
     def make(c):
         per_block = sum(g.bytes_per_block for g in kvcm.create_kv_cache_manager("v2", spec, c, **limits).layer_groups)
-        return kvcm.create_kv_cache_manager("v2", spec, c.replace(host_cache_size=cfg.host * per_block), **limits)
+        return kvcm.create_kv_cache_manager("v2", spec, c.replace(host_cache_size=cfg.host * per_block,
+                                                                  host_eviction_policy=cfg.host_eviction), **limits)
 
     mgr = _equal_pools(make, cfg, cfg.tpb)
     assert [mgr.get_host_block_counts(g).total for g in range(len(mgr.pools))] == [cfg.host] * len(mgr.pools), cfg

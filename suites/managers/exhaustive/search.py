@@ -122,9 +122,11 @@ class Explorer:
                 order.append({serial: i for i, (_, serial) in enumerate(unheld)})
 
             # the host tier: which blocks are there, in the host's eviction order (V2) or just there (V1)
-            host_keys = getattr(cache, "_host_key", None)
-            host_order = [{row: i for i, row in enumerate(sorted(keys, key=keys.get))} for keys in host_keys] \
-                if host_keys is not None else None
+            host_orders = getattr(cache, "host_orders", None)
+            host_order = [{n.host[g]: i for i, n in enumerate(order.order())} for g, order in enumerate(host_orders)] \
+                if host_orders is not None else None
+            if host_orders is not None:     # an adaptive order's target steers its next victims
+                parts.append(tuple(getattr(order, "target_t1", None) for order in host_orders))
 
             def node(n):
                 kids = tuple(node(c) for _, c in sorted(n.children.items()))
