@@ -33,7 +33,7 @@ import time
 
 from collections import deque
 
-from ..policy import resolve
+from ..policy import Decisions, resolve, rule, setting
 from ..errors import OutOfPagesError, UserCallbackError
 from ..limits import Limits
 from ..protocols import StepManager
@@ -417,3 +417,23 @@ class Scheduler:
             return False
         seq.stop_string = found
         return True
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class SchedulerDecisions(Decisions):
+    SUBSYSTEM = "engine: scheduler"
+
+    preemption_frees_draft = setting(
+        True, "whether preempting a request frees its pages in the draft model's cache too, where there is one "
+        "(TensorRT-LLM PR #18093: target and draft released together)")
+
+    @rule("whether a request is retired when its step is committed, before its token is read: when the token "
+          "reaches max_new_tokens or max_seq_len (vLLM PR #27922: async scheduling ran one step past max_tokens)")
+    def retire_at_commit(num_outputs: int, max_new_tokens: int, num_tokens: int, max_seq_len: int) -> bool:
+        return num_outputs >= max_new_tokens or num_tokens >= max_seq_len
+
+    @rule("whether a step speculates: under the batch cut-off and the acceptance gate still open, a closed gate "
+          "winning over the cut-off (TensorRT-LLM PR #7283, whose fixes list 'permanent-disable takes precedence "
+          "over dynamic drafting')")
+    def speculate_step(under_cutoff: bool, gate_closed: bool) -> bool:
+        return under_cutoff and not gate_closed

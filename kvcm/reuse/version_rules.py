@@ -11,6 +11,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from .tree import Node
+from ..policy import Decisions, rule, setting
 
 V2_PARTIAL_CHILD_LIMIT = 32
 """V2 skips the partial match under a node with this many children (TensorRT-LLM TRTLLM-7784)."""
@@ -62,7 +63,7 @@ class V1ReuseRules:
         return decisions.window_reuse_length([_leading(nodes, g.index, len(nodes)) for g in groups])
 
     @staticmethod
-    def skipped(group, length: int, tpb: int) -> range:
+    def skipped(group, length: int) -> range:
         """The block indices a match leaves alone in ``group`` (none: V1 keeps every block)."""
         return range(0)
 
@@ -111,10 +112,10 @@ class V2ReuseRules:
         return [g.is_full for g in groups]
 
     @staticmethod
-    def skipped(group, length: int, tpb: int) -> range:
+    def skipped(group, length: int) -> range:
         """The block indices a match leaves alone in ``group``, as one range (a sliding group's blocks before its
         window)."""
-        return range(*group.stale_range(length, tpb))
+        return range(*group.stale_range(length))
 
     def _group_length(self, nodes: list[Node], group, n: int, tpb: int) -> int:
         g = group.index
@@ -122,7 +123,7 @@ class V2ReuseRules:
             return _leading(nodes, g, n)
         m = n
         while True:
-            skip = self.skipped(group, m * tpb, tpb)
+            skip = self.skipped(group, m * tpb)
             missing = next((i for i in range(m) if i not in skip and nodes[i].pages[g] < 0
                             and nodes[i].host[g] < 0), None)
             if missing is None:
@@ -256,3 +257,37 @@ def _drop_covered_partials(cache, parent: Node, tokens: tuple) -> None:
             for g, page in enumerate(s.pages):
                 if page >= 0:
                     cache.unset_page(s, g, free=True)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class MatchDecisions(Decisions):
+    SUBSYSTEM = "block reuse: matching and retention"
+
+    @rule("how many of a request's tokens are looked up in the cache: all but the last, whose logits must come out "
+          "of a forward (nano-vllm #144 looked up all of them: a full hit left nothing to compute)")
+    def lookup_length(num_tokens: int) -> int:
+        return max(0, num_tokens - 1)
+
+    @rule("the admission credit for a request's cached prefix: with only_allocated, matched blocks some request "
+          "holds; cached blocks nobody holds are already in the free count (TensorRT-LLM PR #11490 "
+          "countReusableBlocks(onlyAllocated))")
+    def reusable_credit(matched_refs: list, only_allocated: bool) -> int:
+        if not only_allocated:
+            return len(matched_refs)
+        return sum(1 for refs in matched_refs if refs > 0)
+
+    @rule("the reused length when groups (windows) reuse different lengths: the shortest, which every group has "
+          "(TensorRT-LLM PR #10875 / PR #2983 took a per-window or the longest one)")
+    def window_reuse_length(lengths: list) -> int:
+        return min(lengths)
+
+    @rule("whether a manager may reuse a partly matched block: only when asked and when no group stores compressed "
+          "entries (DeepSeek-V4's _supports_partial_reuse = False: a mid-block prefix hands over rows of tokens the "
+          "request does not own)")
+    def partial_reuse_allowed(enable_partial_reuse: bool, compress_ratios: tuple) -> bool:
+        return enable_partial_reuse and all(r == 1 for r in compress_ratios)
+
+    claim_sets_retention = setting(
+        True, "whether a matched block takes the priority and duration of the request that reuses it "
+        "(claimBlock(block, priority, duration) in loadOrAllocateBlocks; KVCacheManagerEventStreamPriority sees 50 "
+        "-> 10); without it a request could not lower or raise a shared prefix's retention")

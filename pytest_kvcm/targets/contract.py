@@ -24,7 +24,9 @@ class PoolSpec:
     ``max_lookahead`` is the most lookahead a test will ask for (kvcm's ``max_draft_len``); ``reuse`` turns the
     engine's block reuse (prefix caching) on, whole blocks only (the behaviour every target shares);
     ``window_pages`` sizes the sliding-window pool of an engine that keeps one apart from the full pool (SGLang's
-    SWA pool; None: the engine's own split), and is ignored by engines whose groups share one pool.
+    SWA pool; None: the engine's own split), and is ignored by engines whose groups share one pool; ``events``
+    turns the engine's KV cache events on (with reuse), ``host_pages`` adds a host tier of that many pages a group
+    (engines that have one).
     """
 
     num_pages: int
@@ -35,6 +37,8 @@ class PoolSpec:
     max_batch_size: int = 4
     reuse: bool = False
     window_pages: int | None = None
+    events: bool = False
+    host_pages: int = 0
 
 
 class KVCacheTarget:
@@ -68,6 +72,12 @@ class KVCacheTarget:
       drive" when absent); ``startup_findings = {case: why}`` runs a known difference from kvcm's rule as a
       strict xfail; ``split_window_pool`` when the window has a pool of its own, sized by
       ``PoolSpec.window_pages``;
+    * ``supports_events = True`` with ``take_events()`` (the events since the last call, as
+      ``pytest_kvcm.targets.events``' ``Stored`` / ``Removed`` / ``Moved`` / ``Cleared``) and ``cached_blocks()``
+      (``{(group, block hash): level}`` of every block the engine would match now), built with events on when
+      ``spec.events`` is set: ``test_target_events.py`` ("has no KV cache events" when absent);
+      ``supports_host_tier = True`` builds ``spec.host_pages`` host pages a group (its tier test skips without);
+      ``event_findings = {case: why}`` runs a known inconsistency of the engine's events as a strict xfail;
     * ``differences = {key: why}``: a documented difference of design. Each key relaxes only the assertions it
       names (``differs(key, how)`` in the tests; ``require(key, because)`` skips only a test that cannot run at
       all under the key), the refused-allocation checks run whatever is declared, and the run ends with every
@@ -86,6 +96,9 @@ class KVCacheTarget:
     reserved_pages: int = 0
     releases_window_pages = True
     supports_reuse = False       # the adapter implements the reuse methods below
+    supports_events = False      # the adapter implements take_events and cached_blocks
+    supports_host_tier = False   # PoolSpec.host_pages builds a host tier
+    event_findings: dict[str, str] = {}
     reuse_oracle = "v2"          # the kvcm version whose reuse the state machine compares this target with
     differences: dict[str, str] = {}
 
@@ -188,6 +201,25 @@ class KVCacheTarget:
         raise NotImplementedError
 
     def _allocate_prompt(self, rid: str, token_ids: list[int]) -> int | None:
+        raise NotImplementedError
+
+    # ---- KV cache events (optional: adapters with ``supports_events``; built with ``PoolSpec(events=True)``) -----
+    def require_events(self) -> None:
+        """Skip the calling test unless this target reports KV cache events (built with ``PoolSpec(events=True)``)."""
+        import pytest
+
+        self.require_reuse()
+        if not self.supports_events:
+            pytest.skip(f"{self.name} has no KV cache events")
+        if not self.spec.events:
+            raise ValueError(f"{self.name}: build it with PoolSpec(events=True) to test its events")
+
+    def take_events(self) -> list:
+        """The engine's events since the last call, oldest first, as ``pytest_kvcm.targets.events`` names them."""
+        raise NotImplementedError
+
+    def cached_blocks(self) -> dict:
+        """``{(group, block hash): level}`` (0: GPU, 1: host) of every block the engine would match now."""
         raise NotImplementedError
 
     def tokens(self, rid: str) -> int:

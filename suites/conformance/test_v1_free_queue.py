@@ -152,7 +152,7 @@ def test_cached_blocks_released_first_go_before_empty_blocks_released_later():
     mgr = manager("v1", blocks=8)
     add(mgr, 0, PROMPT)
     mgr.free_resources(0)
-    assert mgr.pools[0].queue.queued() == [3, 4, 5, 6, 7, 2, 1, 0]
+    assert mgr.pools[0].queue.order() == [3, 4, 5, 6, 7, 2, 1, 0]
     mgr.begin_context_chunk("a", 0, 20, 20)
     assert _ids(mgr, "a") == [3, 4, 5, 6, 7]
     mgr.free_resources("a")

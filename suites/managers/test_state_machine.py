@@ -139,7 +139,7 @@ def machine(version: str, kind: str):
             cap, hist = self.expect[rid]
             before = snapshot(self.mgr)
             if self._fails_cleanly(before, lambda: self.mgr.begin_generation(rid, num_draft=d)):
-                reserve = max(d, MAX_DRAFT) if versions.get(version).reserves_max_draft_len else d
+                reserve = max(d, MAX_DRAFT) if versions.get(version).cls.reserves_max_draft_len else d
                 self.expect[rid] = (cap + 1 + reserve, hist)
                 self.step[rid] = (d, cap, hist)
 

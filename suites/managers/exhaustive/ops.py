@@ -17,7 +17,9 @@ calls ``refresh_blocks``; there every other operation is also tried with a clock
 and, on a release, ``clock-backwards?`` and ``clock-nan?``): it raises ``UserCallbackError`` with the manager
 exactly as it was (the search compares every byte it keeps, not only what a caller sees), or reads no clock and
 goes through. One with ``scopes`` admits under a ``cache_salt`` and a ``lora_task_id`` too, whose
-blocks no other scope may match.
+blocks no other scope may match. One with ``events`` (``event_buffer_max_size``) reads them as a router does
+between steps (``flush_iteration_events``, ``get_latest_events``; the search itself reads them after every call,
+``events_check.py``) and asks with a negative wait.
 
 A new manager operation or option joins this alphabet (``enabled`` and ``apply``) in the same change.
 """
@@ -154,6 +156,8 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
         if mgr.pools[0].clock() < MAX_TICKS:
             ops.append(("tick",))
         ops += _with_failing_clock(ops)
+    if cfg.events:
+        ops += [("events",), ("bad-events?",)]
     return ops
 
 
@@ -258,6 +262,9 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
     elif kind == "reset":
         if not m.reset_prefix_cache():
             raise Refused
+    elif kind == "events":           # a router's read between steps: the check drained the last call's already
+        m.flush_iteration_events()
+        assert m.get_latest_events(0) == [] and m.get_latest_events() == [], "events read twice"
     else:
         raise ValueError(op)
     return Driver(tuple(slots), drv.dummies)
@@ -310,6 +317,8 @@ def _bad_input(m, cfg, prompts, drv: Driver, op: tuple) -> None:
         m.add_sequence(rid(s), list(prompts[0]))
     elif kind == "free-unknown?":
         m.free_resources(rid(s))
+    elif kind == "bad-events?":       # a negative wait
+        m.get_latest_events(timeout_ms=-1)
     else:
         raise ValueError(op)
 

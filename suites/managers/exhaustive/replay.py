@@ -55,6 +55,7 @@ _CHECK = {
     "free-all": "    {last}\n    all_free_after_reset(mgr)",
     "query": "    {last}                # then a query: {message}",
     "oracle": "    {last}                # the oracle: {message}",
+    "events": "    {last}\n    router(mgr)          # {message}",
 }
 
 
@@ -64,6 +65,10 @@ def replay_text(cfg: Config, violation) -> str:
     last = calls[-1] if calls else []
     check = _CHECK[violation.kind].format(last="\n    ".join(last) or "pass", last8="\n        ".join(last) or "pass",
                                           message=violation.message)
-    lines = [f"def test_{cfg.name.replace('-', '_').replace('+', '_')}_{violation.kind.replace('-', '_')}():",
-             f"    mgr = build({cfg!r})"] + [f"    {c}" for c in body] + [check]
+    head = [f"def test_{cfg.name.replace('-', '_').replace('+', '_')}_{violation.kind.replace('-', '_')}():",
+            f"    mgr = build({cfg!r})"]
+    if violation.kind == "events":       # a router's index fed the events after every call (_observe.RouterIndex)
+        head.append("    router = RouterIndex(mgr)")
+        body = [line for op_calls in calls[:-1] for line in op_calls + ["router(mgr)"]]
+    lines = head + [f"    {c}" for c in body] + [check]
     return "\n".join(lines)
