@@ -6,7 +6,21 @@ keeps working; each message names the field, the value and the limit.
 
 
 class KvcmError(Exception):
-    """Base of every kvcm error."""
+    """Base of every kvcm error.
+
+    Pickled as its message and attributes, not its constructor's arguments: a process pool hands a worker's
+    exception back pickled, and one that could not be rebuilt from ``args`` (these take several) left
+    ``multiprocessing.Pool.map`` waiting for ever."""
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls, args, state):
+    error = BaseException.__new__(cls, *args)   # cls.__new__: MemoryError's refuses BudgetExceededError
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class ConfigError(KvcmError, ValueError):

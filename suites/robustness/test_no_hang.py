@@ -105,3 +105,34 @@ def test_sharing_a_stage_cache_changes_no_figure(monkeypatch, model, options):
 
     monkeypatch.setattr(plan_parallel.Stages, "shape", lambda self, r: r)  # every stage its own shape
     assert plan(args, progress=False) == shared
+
+
+def _raise_budget_exceeded(_):
+    from kvcm.errors import BudgetExceededError
+
+    raise BudgetExceededError("longest_decode", 2578304, 1203264, "a floor past the budget")
+
+
+def test_a_kvcm_error_raised_in_a_process_pool_comes_back():
+    """kvcm's errors take several arguments, so pickle could not rebuild one from its message: a process pool's
+    worker that raised one left ``Pool.map`` waiting for ever (the exhaustive explorer under the defect
+    v4-constraints-ignore-pool-ratio, issue 55.5). Each comes back as itself, message and attributes."""
+    import inspect
+    import multiprocessing
+    import pickle
+
+    from kvcm import errors
+
+    samples = {errors.ConfigError: ("f", 3, "must be > 4"), errors.OutOfPagesError: ("r", 0, 3, 1, "a chunk"),
+               errors.BudgetExceededError: ("c", 10, 5, "d"), errors.UnknownRequestError: ("r9",),
+               errors.UserCallbackError: ("on_finish", "raised"), errors.KvcmError: ("plain",)}
+    defined = {c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.KvcmError)}
+    assert defined <= set(samples), defined - set(samples)   # a new error joins this test
+    for cls, args in samples.items():
+        error = cls(*args)
+        back = pickle.loads(pickle.dumps(error))
+        assert (type(back), str(back), back.__dict__, back.args) == (cls, str(error), error.__dict__, error.args)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        with pytest.raises(errors.BudgetExceededError, match="longest_decode") as raised:
+            pool.map_async(_raise_budget_exceeded, [0]).get(timeout=60)
+    assert raised.value.needed_bytes == 2578304
