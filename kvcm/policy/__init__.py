@@ -11,7 +11,7 @@ and a defect of ``pytest_kvcm.defects`` is one such replacement, handed to one m
 
 The decisions are declared by subsystem, one module each: layer groups (``layers``), pool sizing (``sizing``),
 DeepSeek-V4's bytes (``deepseek_v4``), dummies and warmup (``warmup``), block reuse (``reuse``), the host tier and
-retention (``host_tier``), the engine (``engine``).
+retention (``host_tier``), transfers in flight (``transfers``), the engine (``engine``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from .host_tier import HostTierDecisions
 from .layers import LayerDecisions
 from .reuse import ReuseDecisions
 from .sizing import SizingDecisions
+from .transfers import TransferDecisions
 from .warmup import WarmupDecisions
 
 __all__ = ["DECISIONS", "DEFAULT", "Decision", "Policy", "active", "applied", "resolve"]
 
 _SUBSYSTEMS = (LayerDecisions, SizingDecisions, DeepseekV4Decisions, WarmupDecisions, ReuseDecisions,
-               HostTierDecisions, EngineDecisions)
+               HostTierDecisions, TransferDecisions, EngineDecisions)
 
 DECISIONS: dict[str, Decision] = {}     # name -> Decision, every subsystem's, in declaration order
 for _cls in _SUBSYSTEMS:

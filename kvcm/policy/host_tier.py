@@ -61,6 +61,16 @@ class HostTierDecisions(Decisions):
         "host evicted, for the pages the GPU pushed down, the very page being onboarded (SGLang PR #27631: a "
         "re-entrant evict_host freed pages being loaded)")
 
+    evicted_page_falls = setting(
+        True, "whether a committed page V2 evicts from the GPU falls to the host level (_prepare_free_slots migrates "
+        "it down) rather than leaving the cache; SGLang #33713: nodes evicted from the device were pruned instead of "
+        "downgraded to their host copy, and the host tier's load-back never ran")
+
+    demotion_frees_gpu_copy = setting(
+        True, "whether a block kvcm's lower-tier-only mode moves to the host gives its GPU page back (one page a "
+        "block, on one level); SGLang PR #34046 / #33777: write-back kept a host copy of a component that stayed "
+        "resident on the device, the block held pages on both levels and exhausted the host pool")
+
     host_drop_takes_descendants = setting(
         True, "whether a page dropped at the last level takes its block's descendants with it in a full-attention "
         "group (Block.clear_stale_blocks_after_page_unlink -> remove_subtree): descendants left behind are "

@@ -41,6 +41,42 @@ class ReuseDecisions(Decisions):
     def window_reuse_length(lengths: list) -> int:
         return min(lengths)
 
+    hit_length_fixed_point = setting(
+        True, "whether a hit's length, once one group shortened it, is checked again over every group until none "
+        "shortens it (vLLM HybridKVCacheCoordinator.find_longest_cache_hit's fixed-point loop; PR #45614 and issue "
+        "#43559: the common hit and a group's blocks disagreed): in one pass a V2 sliding group's window, moved back "
+        "by a shorter full-attention hit, covered blocks that group does not hold, and the request took unwritten "
+        "pages for tokens counted as cached")
+
+    @rule("which groups' hits are cut to the reconciled hit length, given whether each group is full attention: "
+          "every group (vLLM PR #52828: only the first full-attention group was truncated, a draft model's group "
+          "kept its longer hit, its block table no longer matched the hit length and cache_hit_length went to 0)")
+    def cut_to_reconciled_hit(group_is_full: tuple) -> tuple:
+        return tuple(True for _ in group_is_full)
+
+    @rule("the key of the root a request's blocks are filed and found under: its LoRA task id and cache salt, each "
+          "in its own place (vLLM #44701 / PR #44706: LoRA names and cache salts went untagged into one list of extra "
+          "keys, so LoRA 'X' and salt 'X' shared a first block and a base-model request read a LoRA's KV)")
+    def reuse_scope(lora_task_id, cache_salt) -> tuple:
+        return (lora_task_id, cache_salt)
+
+    claim_match_first = setting(
+        True, "whether a hit claims its matched blocks before it takes fresh pages for the rest (TensorRT-LLM "
+        "loadOrAllocateBlocks: claimBlock on each matched block, getFreeBlock after it); allocating first let the "
+        "allocation evict the very blocks the hit was about to claim (TensorRT-LLM #17926: the eviction walk "
+        "detached the committing request's own blocks)")
+
+    recorded_path_checked = setting(
+        True, "whether a commit that starts from the blocks a request last matched or stored checks that each is "
+        "still filed under the one before it (TensorRT-LLM PR #18095 / #18610, issue #17926: an eviction detached a "
+        "live request's tree block and its next commit built on the detached prefix: a segfault upstream, cached "
+        "pages no lookup can reach here)")
+
+    detached_node_unlinked = setting(
+        True, "whether a block taken out of the tree drops its link to its parent (TensorRT-LLM PR #16037, nvbugs "
+        "6418912 in #16019: released detached blocks kept their mPrevBlockInSeq link, and chains of finished "
+        "requests stayed joined through them); a link left behind makes the block look filed where it is not")
+
     @rule("whether a manager may reuse a partly matched block: only when asked and when no group stores compressed "
           "entries (DeepSeek-V4's _supports_partial_reuse = False: a mid-block prefix hands over rows of tokens the "
           "request does not own)")

@@ -15,6 +15,7 @@ import functools
 from ..policy import resolve
 from .eviction import EvictionQueue
 from .stats import BlockCounts, ReuseCounters
+from .transfers import Loads
 from .tree import Node, RadixTree, deepest_first
 
 
@@ -29,6 +30,7 @@ class ReuseCache:
         self.page_node: list[dict[int, Node]] = [{} for _ in pools]
         self.referenced = [0] * len(pools)     # tree pages some request holds
         self.totals = ReuseCounters()
+        self.loads = Loads()                   # copies from the host tier in flight (async_onboard)
         for g, pool in enumerate(pools):
             pool.evict = functools.partial(self.evict, g)
 

@@ -122,6 +122,7 @@ class RadixTree:
         self.num_groups = num_groups
         self.roots: dict = {}
         self._hash = resolve(policy).block_key_hash      # None: a child's key is its tokens
+        self._unlink = resolve(policy).detached_node_unlinked
 
     def root(self, scope, create: bool = False) -> Node | None:
         node = self.roots.get(scope)
@@ -154,7 +155,8 @@ class RadixTree:
             siblings.remove(node)
             if not siblings:
                 del parent.by_first[node.tokens[0]]
-        node.parent = None
+        if self._unlink:           # a detached node names no parent: nothing can take it for a filed one
+            node.parent = None
 
     def walk(self, root: Node | None, blocks: list[tuple]) -> list[Node]:
         """The nodes of the longest run of ``blocks`` found from ``root``, in order (full blocks only)."""
