@@ -44,6 +44,8 @@ class Config:
     host: int = 0                # the host tier (V1's secondary pool, V2's host level): blocks a group, 0 = none
     retention: bool = False      # V1: admissions with timed retention priorities, the clock, refresh_blocks
     scopes: bool = False         # admissions under a cache_salt and a lora_task_id too
+    lower_tier: bool = False     # KvCacheConfig.lower_tier_only: every hit comes back from the host tier
+    async_load: bool = False     # KvCacheConfig.async_onboard: host hits load in flight until complete_transfers
 
     @property
     def name(self) -> str:
@@ -52,6 +54,8 @@ class Config:
         extra += f"-h{self.host}" if self.host else ""
         extra += "-ret" if self.retention else ""
         extra += "-scopes" if self.scopes else ""
+        extra += "-lower" if self.lower_tier else ""
+        extra += "-async" if self.async_load else ""
         return (f"{self.version}-{self.layout}-tpb{self.tpb}-b{self.blocks}-reuse_{self.reuse}-"
                 f"{'ids' if self.ids else 'noids'}-r{self.slots}{extra}")
 
@@ -87,6 +91,11 @@ def _spec(cfg: Config) -> ModelSpec:
                       LayerSpec(1, 8, "bfloat16", t + cfg.tpb, model_layer=1)), name="two-windows")
 
 
+def _host_switches(cfg: Config) -> dict:
+    """The host tier's own switches of a configuration (docs/semantics.md 11.8)."""
+    return dict(lower_tier_only=cfg.lower_tier, async_onboard=cfg.async_load)
+
+
 def _limits(cfg: Config) -> dict:
     return dict(max_batch_size=8, max_seq_len=16 * cfg.tpb, max_draft_len=cfg.draft,
                 num_extra_kv_tokens=cfg.extra, device="meta")
@@ -112,8 +121,8 @@ def build(cfg: Config):
         mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool), **limits)
         if cfg.host:   # host_cache_size in bytes: ``host`` blocks of every group (docs/semantics.md 11.6)
             host_bytes = cfg.host * sum(g.bytes_per_block for g in mgr.layer_groups)
-            mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool, host_cache_size=host_bytes),
-                                               **limits)
+            mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool, host_cache_size=host_bytes,
+                                                                                **_host_switches(cfg)), **limits)
             assert mgr.get_host_block_counts(0).total == cfg.host, cfg
     elif cfg.host:
         mgr = _v2_host_level(cfg, limits)
@@ -160,6 +169,7 @@ def default_configs() -> list[Config]:
     out.append(Config("v1", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=6000))
     for version in ("v1", "v2"):
         out.append(Config(version, "full", 2, 4, "on", ids=True, scopes=True, max_states=3000))
+    out += lower_tier_configs()
     for reuse, ids, draft in (("off", True, 0), ("on", True, 0), ("copy", True, 1), ("copy", False, 0)):
         out.append(Config("dsv4", "dsv4", 128, 4, reuse, ids=ids, draft=draft, max_states=3000))
     return out
@@ -176,9 +186,25 @@ def v2_host_level_configs() -> list[Config]:
     """V2 with a host level of 2 pages a group: evicted pages fall to it, a hit migrates them back, the host evicts
     its own and drops what it cannot take; a full group alone, and with a sliding window beside it."""
     return [Config("v2", "full", 2, 4, "on", ids=True, host=2, max_states=3000),
+            # three blocks: a hit that brings a block back from the host must evict on the GPU, its match claimed
+            Config("v2", "full", 2, 3, "on", ids=True, host=2, max_states=3000),
             Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000),
             # retention priorities (V2 has no durations: no clock), so the host level's priority order is walked
             Config("v2", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=2000)]
+
+
+# ---- the host tier's own switches (docs/semantics.md 11.8) ----------------------------------------------------------
+def lower_tier_configs() -> list[Config]:
+    """Every hit through the host tier (``lower_tier_only``), and host hits left loading until ``complete_transfers``
+    (``async_onboard``) with requests freed while their copies are in flight, on V1's secondary pool and V2's host
+    level; one of each with a sliding window beside the full group."""
+    return [Config("v1", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, max_states=2500),
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, max_states=2500),
+            Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, lower_tier=True, max_states=2500),
+            Config("v1", "full", 2, 4, "on", ids=True, host=2, async_load=True, max_states=3000),
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, async_load=True, max_states=3000),
+            Config("v1", "full+window", 2, 4, "copy", ids=True, host=2, lower_tier=True, async_load=True,
+                   max_states=3000)]
 
 
 def _v2_host_level(cfg: Config, limits: dict):
@@ -188,7 +214,8 @@ def _v2_host_level(cfg: Config, limits: dict):
 
     def make(c):
         per_block = sum(g.bytes_per_block for g in kvcm.create_kv_cache_manager("v2", spec, c, **limits).layer_groups)
-        return kvcm.create_kv_cache_manager("v2", spec, c.replace(host_cache_size=cfg.host * per_block), **limits)
+        return kvcm.create_kv_cache_manager("v2", spec, c.replace(host_cache_size=cfg.host * per_block,
+                                                                  **_host_switches(cfg)), **limits)
 
     mgr = _equal_pools(make, cfg, cfg.tpb)
     assert [mgr.get_host_block_counts(g).total for g in range(len(mgr.pools))] == [cfg.host] * len(mgr.pools), cfg
