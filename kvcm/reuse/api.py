@@ -12,6 +12,7 @@ import operator
 from .. import validation
 from ..errors import ConfigError, OutOfPagesError
 from ..units import ceil_div
+from . import host_switches
 from .cache import ReuseCache
 from .version_rules import find_match, store
 from .retention import DEFAULT_RETENTION_PRIORITY, KvCacheRetentionConfig
@@ -68,22 +69,11 @@ class ReuseMixin(TransferMixin):
         if cfg.host_cache_size and not self._host_tier:
             raise ConfigError("host_cache_size", cfg.host_cache_size, f"must be None or 0 for "
                               f"{type(self).__name__}: {self._host_tier_refusal}")
-        for name in ("lower_tier_only", "async_onboard"):
-            if getattr(cfg, name) and not cfg.enable_block_reuse:
-                raise ConfigError(name, True, "needs enable_block_reuse=True: only cached blocks reach the host tier")
-            if getattr(cfg, name) and not cfg.host_cache_size:
-                raise ConfigError(name, True, f"needs a host tier: host_cache_size > 0 bytes (it is "
-                                  f"{cfg.host_cache_size})")
-        if cfg.lower_tier_only and not cfg.onboard_blocks:
-            raise ConfigError("onboard_blocks", False, "must be True with lower_tier_only: no block would reach the "
-                              "host tier, so no hit would ever happen")
+        host_switches.check_config(cfg)
         self._reuse: ReuseCache | None = None
         if cfg.enable_block_reuse:
             self._reuse = self._make_reuse_cache()
-            if (cfg.lower_tier_only or cfg.async_onboard) and not getattr(self._reuse, "host", None):
-                name = "lower_tier_only" if cfg.lower_tier_only else "async_onboard"
-                raise ConfigError(name, True, f"needs a host tier of one block a group at least: host_cache_size="
-                                  f"{cfg.host_cache_size} bytes holds none")
+            host_switches.check_built(cfg, self._reuse)
         self._lower_tier_only = cfg.lower_tier_only
         self._reuse_totals = ReuseCounters()
         self._compress_ratios = tuple(sorted({self.model.layers[i].compress_ratio
