@@ -20,6 +20,13 @@ pytest_plugins = ["pytester"]
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "upstream(*tests, differs=None): a conformance case ports these upstream tests; "
+                            "differs names the docs/semantics.md section 10 row by which its numbers differ "
+                            "(suites/plugin/test_conformance_citations.py)")
+    _codeblocks(config)
+
+
+def _codeblocks(config):
     """README.md's and docs/*.md's code blocks run as tests (pytest-codeblocks, the test extra; both are in testpaths).
 
     Switched on here rather than by ``--codeblocks`` in addopts, so a machine without the plugin (a GPU image

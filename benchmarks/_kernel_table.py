@@ -26,8 +26,12 @@ LINEAR_CLASS = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj"
                 "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj", "down_proj": "down_proj",
                 "lm_head": "lm_head", "embed_tokens": "embedding", "rotary_emb": "rotary"}
 ORDER = ("embedding", "rmsnorm", "qkv_proj", "rotary", "kv_write", "attention", "o_proj", "residual_add",
-         "gate_up_proj", "silu_mul", "down_proj", "lm_head", "glue")
+         "gate_up_proj", "silu_mul", "down_proj", "lm_head", "sampler", "glue")
 GEMM_NAME = re.compile(r"gemm|nvjet|xmma|cutlass|sm\d+_|matmul|aten::(mm|addmm|bmm|linear)$", re.I)
+# the host ops that call cuBLAS themselves (aten::linear and aten::matmul only call these)
+GEMM_OP = re.compile(r"aten::(mm|addmm|bmm|baddbmm|_addmm_activation|_scaled_mm)$")
+# CUDA runtime and driver calls that launch a kernel: the profiler links each to its kernel by correlation id
+LAUNCH_API = re.compile(r"^(cudaLaunch|cuLaunch|cudaGraphLaunch)")
 TRITON_CLASS = (("rotary", "rotary"), ("store_kv", "kv_write"), ("paged_attention", "attention"),
                 ("combine_splits", "attention"), ("rmsnorm", "rmsnorm"), ("silu_mul", "silu_mul"))
 PREFIX = "kvcm_step::"
@@ -103,6 +107,7 @@ class Table:
     steps: int                               # steps profiled: counts and times are divided by it
     rows: dict = field(default_factory=dict)     # (class, kernel name) -> Row
     order: list = field(default_factory=list)    # (class, kernel name) of one step's kernels, in launch order
+    links: dict = field(default_factory=dict)    # CUDA: kernels by how their launch was found (``launch_times``)
 
     def add(self, cls: str, name: str, us: float) -> None:
         row = self.rows.setdefault((cls, name), Row(cls, name))
@@ -140,21 +145,62 @@ def _device_events(events) -> list:
                    and not e.name.startswith(PREFIX)), key=lambda e: e.time_range.start)
 
 
+def launch_times(events, kernels) -> tuple[list[float | None], list[str]]:
+    """The host time each kernel was launched at (None where nothing says), and how it was found: ``op``,
+    ``launch call``, ``launch order`` or ``none``.
+
+    The profiler links a kernel to the host op that launched it through correlation ids. A kernel that cuBLAS
+    launches through the CUDA driver (``cuLaunchKernelEx``: the ``nvjet_*`` GEMMs of recent cuBLAS on Hopper)
+    can come without that link: an H100 profile of the fused layers filed every projection GEMM as glue. Two
+    fallbacks then, in turn: the launch call itself (the runtime or driver event of the kernel's own correlation
+    id: launched from inside the op, so inside its range); else launch order: a GEMM host op that no kernel is linked
+    to (``aten::mm``, ``addmm``...) is matched to the unlinked kernels between the same two linked neighbours, in
+    order (kernels of one stream run in the order they were launched), the last op taking any extra kernel (a
+    split-K reduction)."""
+    cpu = torch.autograd.DeviceType.CPU
+    frontend = {e.id: e for e in events if e.device_type == cpu and not getattr(e, "linked_correlation_id", 0)}
+    calls = {e.id: e for e in events if e.device_type == cpu and LAUNCH_API.match(e.name)}
+    linked = {getattr(k, "linked_correlation_id", 0) for k in kernels}
+    times: list[float | None] = []
+    how: list[str] = []
+    for k in kernels:
+        op = frontend.get(getattr(k, "linked_correlation_id", 0))
+        call = calls.get(k.id) if op is None else None
+        times.append(op.time_range.start if op is not None else call.time_range.start if call is not None else None)
+        how.append("op" if op is not None else "launch call" if call is not None else "none")
+    orphans = sorted((e.time_range.start for e in frontend.values() if GEMM_OP.match(e.name) and e.id not in linked))
+    i = 0
+    while i < len(times):
+        if times[i] is not None:
+            i += 1
+            continue
+        j = i
+        while j < len(times) and times[j] is None:
+            j += 1
+        low = next((t for t in reversed(times[:i]) if t is not None), float("-inf"))
+        high = times[j] if j < len(times) else float("inf")
+        ops = [t for t in orphans if low < t < high]
+        if ops:
+            for n in range(i, j):
+                times[n], how[n] = ops[min(n - i, len(ops) - 1)], "launch order"
+        i = j
+    return times, how
+
+
 def attribute(prof, steps: int, cuda: bool) -> Table:
     """The profiled steps' kernels (CUDA) or aten ops by self time (CPU), each with its class."""
     events = list(prof.events())
+    # host ranges only: the GPU-side copies of the ranges (same names) are in device time
     ranges = [(e.time_range.start, e.time_range.end, e.name[len(PREFIX):]) for e in events
-              if e.name.startswith(PREFIX)]
+              if e.name.startswith(PREFIX) and e.device_type == torch.autograd.DeviceType.CPU]
     table = Table(steps)
     if cuda:
-        # the host op each kernel is linked to (frontend ops: linked to nothing themselves)
-        host = {e.id: e for e in events
-                if e.device_type == torch.autograd.DeviceType.CPU and not getattr(e, "linked_correlation_id", 0)}
         kernels = _device_events(events)
-        for k in kernels:
-            launcher = host.get(getattr(k, "linked_correlation_id", 0))
-            cls = _innermost(ranges, launcher.time_range.start) if launcher is not None else "glue"
-            cls = refine(cls, k.name)
+        times, how = launch_times(events, kernels)
+        for found in how:
+            table.links[found] = table.links.get(found, 0) + 1
+        for k, t in zip(kernels, times):
+            cls = refine(_innermost(ranges, t) if t is not None else "glue", k.name)
             table.add(cls, k.name, k.time_range.elapsed_us())
             table.order.append((cls, k.name))
     else:

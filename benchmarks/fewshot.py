@@ -179,7 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-num-tokens", type=int, default=8192, help="tokens a step (chunked prefill)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    ap.add_argument("--kvcm-versions", default="v2", help=f"comma list of {', '.join(ALL_VERSIONS)}")
+    ap.add_argument("--kvcm-versions", nargs="+", default=["v2"],
+                    help=f"{' '.join(ALL_VERSIONS)}, comma- or space-separated (as host_step.py takes them)")
     ap.add_argument("--fraction", type=float, default=0.5, help="kvcm free_gpu_memory_fraction on CUDA")
     ap.add_argument("--no-hf", action="store_true", help="leave Hugging Face generate out")
     ap.add_argument("--decode-split-len", type=int, default=0, help="the kvcm engines' decode attention reads keys "
@@ -201,9 +202,10 @@ def main(argv=None) -> int:
     for split in ("test", "train"):
         if not (gsm8k / f"{split}.jsonl").is_file():
             raise SystemExit(f"--gsm8k {gsm8k}: no {split}.jsonl there")
-    versions = [v for v in args.kvcm_versions.split(",") if v]
+    versions = [v for given in args.kvcm_versions for v in given.split(",") if v]
     if not versions or set(versions) - set(ALL_VERSIONS):
-        raise SystemExit(f"--kvcm-versions {args.kvcm_versions!r}: a comma list of {', '.join(ALL_VERSIONS)}")
+        raise SystemExit(f"--kvcm-versions {' '.join(args.kvcm_versions)!r}: some of {', '.join(ALL_VERSIONS)}, "
+                         f"comma- or space-separated")
     model, tok = load(args.model, getattr(torch, args.dtype), args.device)
     prompts, targets, common = fewshot_prompts(tok, gsm8k, args.shots, args.num_prompts)
     say(f"{args.model} {args.dtype} on {args.device} "

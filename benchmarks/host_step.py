@@ -290,7 +290,8 @@ def _sources(src: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", choices=["decode", *SHAPES], default="decode")
-    ap.add_argument("--kvcm-versions", nargs="+", default=list(ALL_VERSIONS))
+    ap.add_argument("--kvcm-versions", nargs="+", default=list(ALL_VERSIONS),
+                    help=f"{' '.join(ALL_VERSIONS)}, space- or comma-separated (as fewshot.py takes them)")
     ap.add_argument("--batches", nargs="+", type=int, default=[256, 1], help="decode: batch sizes")
     ap.add_argument("--requests", type=int, default=1319, help="fewshot, chat: requests a run")
     ap.add_argument("--new-tokens", type=int, default=128, help="decode: tokens each; fewshot, chat: at most")
@@ -305,6 +306,9 @@ def main(argv=None) -> int:
     ap.add_argument("--src", default=str(HERE.parents[1]), help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    args.kvcm_versions = [v for given in args.kvcm_versions for v in given.split(",") if v]
+    if not args.kvcm_versions or set(args.kvcm_versions) - set(ALL_VERSIONS):
+        ap.error(f"--kvcm-versions: give some of {', '.join(ALL_VERSIONS)}")
     mixed = args.workload in SHAPES
     if not mixed and args.new_tokens < 2 * args.skip + 4:
         ap.error(f"--new-tokens={args.new_tokens} leaves no steady steps after --skip={args.skip} at each end")

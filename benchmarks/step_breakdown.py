@@ -14,8 +14,11 @@ give the ~220 positions of the GSM8K run's decode steps). Then the same prompts 
 at most ``--mixed-tokens`` tokens a step, so prompts are admitted while earlier ones decode: the last step that
 mixed decodes with prefill chunks stays in the bucket's buffers. Each step is then
 
-* profiled eagerly (``static.forward()``, the very forward the graph captured) under the torch profiler with a
-  range around every module, so each kernel gets its class (``_kernel_table.py``);
+* profiled eagerly (``static.forward()``'s two calls, the very forward the graph captured) under the torch
+  profiler with a range around every module and one around the greedy choice, so each kernel gets its class
+  (``_kernel_table.py``; ``sampler`` is the greedy token and its margin, two row maxima over the logits: before
+  them a ``topk(2)``, whose radix-select kernels ``mbtopk``/``computeBlockDigitCounts``/``gatherTopK`` were
+  ~230 us of glue in an H100's batch-256 decode step);
 * on CUDA replayed from its graph, timed with CUDA events (the step's GPU time) and profiled again: when the
   replay runs the eager kernels in the same order, the table takes the replay's kernel times.
 
@@ -40,17 +43,17 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 import _kernel_table as kt  # noqa: E402  (this directory's module, importable once the path is set)
 
 PEAK_GBPS = {"H100": 3350.0, "H200": 4800.0}      # HBM3 / HBM3e datasheet figures
-SMOLLM2_SHAPE = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                     num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
-                     rms_norm_eps=1e-5)
 
 
 def build_model(name: str, dtype: torch.dtype, device: str):
-    from kvcm.models import load_smollm2, tiny_model
+    """``smollm2``: the real weights; ``smollm2-shape``: random ones at its shape (``kvcm.models.shapes``);
+    ``tiny``: the 2-layer tiny llama."""
+    from kvcm.models import load_smollm2, smollm2_shape, tiny_model
     if name == "smollm2":
         return load_smollm2(dtype=dtype, device=device)[0]
-    overrides = SMOLLM2_SHAPE if name == "smollm2-shape" else {}
-    return tiny_model("llama", seed=0, dtype=dtype, device=device, **overrides)[0]
+    if name == "smollm2-shape":
+        return smollm2_shape(dtype=dtype, device=device)
+    return tiny_model("llama", seed=0, dtype=dtype, device=device)[0]
 
 
 def step_bytes(config, *, num_tokens: int, seq_lens, num_logits: int, elt: int, kv_elt: int) -> dict[str, int]:
@@ -74,7 +77,8 @@ def step_bytes(config, *, num_tokens: int, seq_lens, num_logits: int, elt: int, 
         "silu_mul": n * 3 * t * i * elt,
         "down_proj": n * (h * i + t * i + t * h) * elt,
         "lm_head": (config.vocab_size * h + num_logits * h + num_logits * config.vocab_size) * elt,
-        "glue": num_logits * config.vocab_size * elt,          # the greedy choice reads the logits
+        "sampler": num_logits * config.vocab_size * elt,       # the greedy choice reads the logits
+        "glue": 0,                                             # placeholders, logit rows: a few ints a row
     }
     weights = (n * ((q + 2 * kv) * h + h * q + 3 * i * h + 2 * h) + h + config.vocab_size * h) * elt
     out["bound"] = weights + n * 2 * keys * kv * kv_elt + n * 2 * t * kv * kv_elt
@@ -98,6 +102,18 @@ def graph_ms(static, replays: int) -> float:
     return graph_gpu_ms(static, replays)
 
 
+def ranged_forward(static):
+    """``static.forward`` (the forward its graph captured: the model, then the greedy choice), with the greedy
+    choice in a range of its own: its kernels are the ``sampler`` class, not glue."""
+    from kvcm.engine import sampler
+
+    def forward():
+        logits = static.runner.forward(static.buf, static.ctx)
+        with torch.profiler.record_function(kt.PREFIX + "sampler"):
+            return sampler.greedy_packed(logits)
+    return forward
+
+
 def breakdown(llm, static, *, reps: int, peak_gbps: float) -> dict:
     """The table of one static step (its buffers hold the step), eager and, on CUDA, from its graph."""
     cuda = llm.runner.device.type == "cuda"
@@ -107,7 +123,7 @@ def breakdown(llm, static, *, reps: int, peak_gbps: float) -> dict:
         if layers is not None:
             layers.ranges = True
         try:
-            eager = kt.profile(static.forward, model, reps, cuda)
+            eager = kt.profile(ranged_forward(static), model, reps, cuda)
         finally:
             if layers is not None:
                 layers.ranges = False
@@ -134,7 +150,7 @@ def breakdown(llm, static, *, reps: int, peak_gbps: float) -> dict:
     bound = nbytes["bound"]
     return {"step": {k: v for k, v in step.items() if k != "seq_lens"}, "rows": rows,
             "kernels_per_step": table.kernels, "kernel_us": kernel_us, "graph_ms": step_ms,
-            "times_from_graph": from_graph, "eager_kernel_us": eager.total_us,
+            "times_from_graph": from_graph, "eager_kernel_us": eager.total_us, "launch_links": eager.links,
             "class_bytes": sum(nbytes[c] for c in kt.ORDER), "bound_bytes": bound, "peak_gbps": peak_gbps,
             "bound_ms": bound / (peak_gbps * 1e6), "efficiency": bound / (time_ms * 1e-3 * peak_gbps * 1e9)}
 
@@ -147,6 +163,9 @@ def format_table(title: str, b: dict) -> str:
     gap = f", {b['graph_ms'] * 1e3 - b['kernel_us']:.0f} us between them" if b["graph_ms"] is not None else ""
     lines.append(f"  {head}: kernels {b['kernel_us']:.0f} us a step, {b['kernels_per_step']:.0f} launches{gap}"
                  f" (kernel times from the {'graph replay' if b['times_from_graph'] else 'eager forward'})")
+    if b.get("launch_links"):
+        lines.append("  kernels' launches found (all profiled steps) by " + ", ".join(
+            f"{how}: {n}" for how, n in sorted(b["launch_links"].items())))
     lines.append(f"  {'class / kernel':<58}{'count':>7}{'us/step':>10}{'mean us':>9}{'MB':>9}{'GB/s':>8}{'share':>7}")
     for r in b["rows"]:
         if not r["kernels"] and not r["bytes"]:

@@ -1,44 +1,74 @@
 #!/usr/bin/env bash
-# The GPU lane (l0_h100 on an H100, l0_h200 on an H200; its slow model gates included) in STAGES stages (default
-# 3) run in turn, on a machine where the project is not pip-installed (the checkout on PYTHONPATH, the plugin by
-# -p). The whole lane ran about 720 s on one H100 (2026-12-06), past what one 600 s device call allows, so each
-# stage is its own call:
-#   bash ci/gpu_lane.sh 1      # then 2, then 3 (no argument: every stage in turn, for a machine without a limit)
-#   bash ci/gpu_lane.sh merge LANE FILE...   # here: fold the stages' recorded times into ci/durations/LANE.json
-# The cut (--kvcm-stage-split=K/N) reads ci/durations/<lane>.json, so every test of the lane runs in exactly one
-# stage; each stage records its own times into $OUT/durations-<lane>-K.json (--kvcm-durations-out) and leaves the
-# cut of the others as it is. The shipped GPU files began as the CPU lane's recordings of the tests both lanes run,
-# each GPU or slow test weighing 20 s (suites/engine/test_reuse_cuda.py's 12 took 117-133 s on an H200,
-# docs/engine.md, and the CPU machine's seconds are about twice as long); merge replaces them with measured ones.
-# Needs what ci/h200_figures.sh's lane part needs: KVCM_SMOLLM2_GGUF and KVCM_GSM8K_DIR (../shared/tools/gpu-stage's
-# setup.sh sets them) and the wheels of ci/gpu_wheels.sh. DEADLINE_S (default 560) bounds a stage from the
-# script's start: the run is interrupted (SIGINT: pytest still prints its counts) rather than killed.
+# The GPU lane (l0_h100 on an H100, l0_h200 on an H200) in its two stages, each one device call, on a machine where
+# the project is not pip-installed (the checkout on PYTHONPATH, the plugin by -p):
+#   bash ci/gpu_lane.sh smoke           # pre_merge: gpu_smoke, nothing staged (the Triton kernels, fused layers,
+#                                       # CUDA graphs, speculation, chunked-local, host tier and reuse at real shapes
+#                                       # with random weights, fp32 parity against Hugging Face); only pydantic's wheels
+#   bash ci/gpu_lane.sh models [K/N]    # post_merge: gpu_models, the gates that need SmolLM2's and Gemma's weights
+#                                       # and GSM8K (../shared/tools/gpu-stage's setup.sh sets KVCM_SMOLLM2_GGUF and
+#                                       # KVCM_GSM8K_DIR); K/N: pytest-split's group K of N, when it outgrows one call
+#   bash ci/gpu_lane.sh merge STAGE FILE...   # here: fold stages' recorded times into ci/durations/<lane>-STAGE.json
+# A stage cut into groups (pytest-split: --splits N --group K) reads ci/durations/<lane>-<stage>.json for the cut
+# and records its own tests' times into $OUT/durations-<lane>-<stage>-K.json (a copy, written with
+# --clean-durations), so the cut of the other groups, read on other machines, stays as it was; `merge` then folds
+# the groups' files into the lane's (pytest-split writes the file it reads, so this is the one step it lacks).
+# DEADLINE_S (default 470, so a stage ends inside an 8-minute call) bounds a stage: pytest is interrupted (SIGINT:
+# it still prints its counts) rather than killed.
 set -uo pipefail
-stages=${STAGES:-3}
+usage="usage: bash ci/gpu_lane.sh smoke | models [K/N] | merge STAGE FILE..."
 if [ "${1:-}" = merge ]; then
-  lane=${2:?usage: bash ci/gpu_lane.sh merge LANE FILE...}
+  stage=${2:?$usage}
   shift 2
-  python3 - "ci/durations/$lane.json" "$@" <<'PY'
-import json, sys
-target, *stage_files = sys.argv[1:]
-merged = json.load(open(target, encoding="utf-8"))
-for name in stage_files:
-    merged.update(json.load(open(name, encoding="utf-8")))
-open(target, "w", encoding="utf-8").write(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
-print(f"{target}: {len(merged)} tests")
+  [ $# -gt 0 ] || { echo "gpu_lane: merge $stage: name the recorded files ($usage)" >&2; exit 2; }
+  exec python3 - "$stage" "$@" <<'PY'
+import json, math, sys
+stage, *files = sys.argv[1:]
+def load(path, required):
+    try:
+        data = json.load(open(path, encoding="utf-8"))
+    except FileNotFoundError:
+        if required:
+            sys.exit(f"gpu_lane merge: {path}: no such file")
+        return {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        sys.exit(f"gpu_lane merge: {path}: not JSON ({exc})")
+    bad = [k for k, v in data.items() if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+           or v < 0] if isinstance(data, dict) else None
+    if bad is None or bad:
+        sys.exit(f"gpu_lane merge: {path}: expected an object of test id -> seconds >= 0"
+                 + (f" ({bad[0]!r} is {data[bad[0]]!r})" if bad else ""))
+    return data
+merged = {}
+for path in files:
+    merged.update(load(path, True))
+lanes = {f.rsplit("/", 1)[-1].split("-")[1] for f in files if f.rsplit("/", 1)[-1].startswith("durations-")}
+if len(lanes) != 1:
+    sys.exit(f"gpu_lane merge: the files must be one lane's durations-<lane>-{stage}-K.json, given {files}")
+target = f"ci/durations/{lanes.pop()}-{stage}.json"
+out = load(target, False)
+out.update(merged)
+open(target + ".tmp", "w", encoding="utf-8").write(json.dumps(dict(sorted(out.items())), indent=1) + "\n")
+import os; os.replace(target + ".tmp", target)
+print(f"{target}: {len(out)} tests ({len(merged)} recorded now)")
 PY
-  exit $?
 fi
-run=("$@")
-[ ${#run[@]} -gt 0 ] || run=($(seq 1 "$stages"))
-for k in "${run[@]}"; do
-  case $k in
-    ''|*[!0-9]*) echo "gpu_lane: stage '$k' is not a number from 1 to $stages (or: merge LANE FILE...)" >&2; exit 2 ;;
-  esac
-  if [ "$k" -lt 1 ] || [ "$k" -gt "$stages" ]; then
-    echo "gpu_lane: stage $k is not between 1 and STAGES=$stages" >&2; exit 2
+stage=${1:-}
+case $stage in
+  smoke) term=pre_merge ;;
+  models) term=post_merge; : "${KVCM_SMOLLM2_GGUF:?models: stage SmolLM2 first (../shared/tools/gpu-stage; source .gpu/b/setup.sh)}" ;;
+  *) echo "gpu_lane: unknown stage '${stage}' ($usage)" >&2; exit 2 ;;
+esac
+split=()
+if [ -n "${2:-}" ]; then
+  if ! [[ $2 =~ ^([1-9][0-9]{0,2})/([1-9][0-9]{0,2})$ ]] || [ "${BASH_REMATCH[1]}" -gt "${BASH_REMATCH[2]}" ]; then
+    echo "gpu_lane: group '$2' is not K/N with 1 <= K <= N <= 999" >&2; exit 2
   fi
-done
+  split=(--splits "${BASH_REMATCH[2]}" --group "${BASH_REMATCH[1]}")
+fi
+deadline=${DEADLINE_S:-470}
+if ! [[ $deadline =~ ^[1-9][0-9]*$ ]]; then
+  echo "gpu_lane: DEADLINE_S='$deadline' must be a whole number of seconds > 0" >&2; exit 2
+fi
 out=${OUT:-.kvcm/gpu-lane}   # its logs have fixed names: never a folder holding files this script did not write
 . "$(dirname "$0")/owned_dir.sh"
 own_out_dir "$out" "gpu_lane.sh (OUT)"
@@ -46,15 +76,17 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 lane=$(python3 -c "import torch; print('l0_h200' if 'H200' in torch.cuda.get_device_name() else 'l0_h100')" 2>/dev/null) || {
   echo "gpu_lane: no CUDA device (torch.cuda.get_device_name() failed or torch is missing); the GPU lane runs on an H100 or H200" >&2; exit 2; }
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
-status=0
-for k in "${run[@]}"; do
-  echo "== $lane stage $k/$stages at ${SECONDS} s"
-  timeout -s INT "$(( ${DEADLINE_S:-560} - SECONDS ))" python3 -m pytest -p pytest_kvcm.plugin --kvcm-lane="$lane" \
-    --kvcm-version=both --kvcm-slow --kvcm-stage-split="$k/$stages" --kvcm-record-durations \
-    --kvcm-durations-out="$out/durations-$lane-$k.json" -q -ra -p no:randomly > "$out/lane-$k.log" 2>&1
-  rc=$?
-  [ "$rc" -eq 0 ] || status=$rc
-  tail -40 "$out/lane-$k.log"
-done
+record=$out/durations-$lane-$term-${2%%/*}.json
+[ ${#split[@]} -gt 0 ] || record=$out/durations-$lane-$term-1.json
+base=ci/durations/$lane-$term.json
+if [ -f "$base" ]; then cp "$base" "$record"; else echo '{}' > "$record"; fi
+echo "== $lane $term (gpu_$stage) ${2:-whole} at ${SECONDS} s"
+gpu_only=()
+[ "$stage" = models ] && gpu_only=(--kvcm-gpu-only)   # the interpreter and CPU forms of post-merge run on the CPU lane
+timeout -s INT "$deadline" python3 -m pytest -p pytest_kvcm.plugin --kvcm-lane="$lane" --kvcm-stage="$term" \
+  --kvcm-version=both "${gpu_only[@]}" "${split[@]}" --durations-path "$record" --store-durations --clean-durations \
+  -q -ra -p no:randomly > "$out/lane-$stage.log" 2>&1
+status=$?
+tail -40 "$out/lane-$stage.log"
 echo "== done at ${SECONDS} s"
 exit "$status"

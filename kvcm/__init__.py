@@ -15,7 +15,7 @@ _EXPORTS = {
     "BatchDesc": "config", "KVCacheDesc": "config", "KvCacheConfig": "config",
     "DeepseekV4CacheManager": "deepseek_v4", "DeepseekV4Spec": "deepseek_v4",
     "BudgetExceededError": "errors", "ConfigError": "errors", "KvcmError": "errors", "OutOfPagesError": "errors",
-    "UnknownRequestError": "errors",
+    "UnknownRequestError": "errors", "UserCallbackError": "errors",
     "Estimation": "estimation", "build_with_estimation": "estimation",
     "create_kv_cache_manager": "factory",
     "DummyRequest": "manager", "Limits": "limits", "MAX_BATCH_SIZE": "limits", "MAX_SEQ_LEN": "validation",
@@ -47,7 +47,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what static tools and IDEs see; nothing here runs
     from .config import BatchDesc, KVCacheDesc, KvCacheConfig
     from .deepseek_v4 import DeepseekV4CacheManager, DeepseekV4Spec
-    from .errors import BudgetExceededError, ConfigError, KvcmError, OutOfPagesError, UnknownRequestError
+    from .errors import (BudgetExceededError, ConfigError, KvcmError, OutOfPagesError, UnknownRequestError,
+                         UserCallbackError)
     from .estimation import Estimation, build_with_estimation
     from .factory import create_kv_cache_manager
     from .limits import MAX_BATCH_SIZE, Limits

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 from pydantic import AfterValidator, Field, StrictBool
 
 from .errors import ConfigError
+from .events.hashing import ALGORITHMS as EVENT_HASH_ALGORITHMS
 from .validation import Int, Number, config_dataclass, power_of_two
 
 _DTYPES = {
@@ -76,6 +77,12 @@ class BatchDesc:
         return len(self.kv_caches)
 
 
+HOST_EVICTION_POLICIES = ("lru", "arc")
+MAX_EVENT_BUFFER = (1 << 31) - 1
+"""The most events a manager keeps for ``get_latest_events`` (TensorRT-LLM's queue is sized by a SizeType32)."""
+"""The values of ``KvCacheConfig.host_eviction_policy``: each names its module of ``kvcm.eviction``."""
+
+
 def _power_of_two(tpb: int) -> int:
     return power_of_two("tokens_per_block", tpb)
 
@@ -122,6 +129,16 @@ class KvCacheConfig:
     onboard_blocks: StrictBool = Field(True, description="must be True or False")
     secondary_offload_min_priority: Annotated[Int, Field(ge=0, le=100)] | None = Field(
         None, description="must be an integer in [0, 100] or None")
+    # the order V2's host level evicts its own pages in (kvcm.eviction, a module of each name); V1's secondary pool
+    # keeps TensorRT-LLM's LRU queue, "lru"
+    host_eviction_policy: Literal[HOST_EVICTION_POLICIES] = Field(
+        "lru", description=f"must be one of {', '.join(map(repr, HOST_EVICTION_POLICIES))}")
+    # KV cache events (docs/semantics.md 13), TensorRT-LLM's names and defaults: event_buffer_max_size events are
+    # kept for get_latest_events (0: events off); the hash algorithm of the blocks they name ("auto": v1_block_key)
+    event_buffer_max_size: Annotated[Int, Field(ge=0, le=MAX_EVENT_BUFFER)] = Field(
+        0, description="must be an integer in [0, 2**31 - 1] (0: events off)")
+    kv_cache_event_hash_algo: Literal[EVENT_HASH_ALGORITHMS] = Field(
+        "auto", description=f"must be one of {', '.join(EVENT_HASH_ALGORITHMS)}")
     # kvcm's own switches of the host tier (no TensorRT-LLM field; docs/semantics.md 11.8): lower_tier_only moves
     # every block that becomes reusable to the host tier at once, so every hit is loaded back from there (the test
     # mode SGLang PR #26977 proposed for HiCache); async_onboard leaves a request whose hit comes from the host

@@ -31,7 +31,7 @@ def batch_block_need(batch: BatchDesc, group: LayerGroup, tpb: int) -> int:
 
     The whole blocks of a shared system prompt are counted once in full-attention groups.
     """
-    need = sum(group.blocks_needed(kv.capacity, kv.history_length, tpb) for kv in batch.kv_caches)
+    need = sum(group.pages_needed(kv.capacity, kv.history_length) for kv in batch.kv_caches)
     if group.is_full and batch.system_prompt_length and len(batch.kv_caches) > 1:
         shared = batch.system_prompt_length // tpb
         sharing = sum(1 for kv in batch.kv_caches if kv.capacity >= shared * tpb)
@@ -120,5 +120,5 @@ def split_quota(quota_bytes: int, groups: list[LayerGroup], weights: list[float]
 
 def tokens_quota_per_group(max_tokens: int, groups: list[LayerGroup], tpb: int, max_batch_size: int) -> list[int]:
     """Bytes per group that hold ``max_tokens`` in every full-attention group plus B windows in every sliding one."""
-    return [(ceil_div(max_tokens, tpb) if g.is_full else max_batch_size * g.max_window_blocks(tpb)) * g.bytes_per_block
+    return [(ceil_div(max_tokens, tpb) if g.is_full else max_batch_size * g.max_pages()) * g.bytes_per_block
             for g in groups]

@@ -25,7 +25,7 @@ from .errors import ConfigError
 from .limits import Limits
 from .manager_v2 import KVCacheManagerV2
 from .model_spec import LayerSpec, ModelSpec, PositiveInt
-from .policy import resolve
+from .policy import Decisions, resolve, rule
 from .validation import MAX_LAYERS, MAX_LAYERS_WHY, _integer, config_dataclass
 
 
@@ -121,12 +121,8 @@ class DeepseekV4Spec:
 
 
 class DeepseekV4CacheManager(KVCacheManagerV2):
-    kvcm_version = "v2"
-    _host_tier = False
-    _host_tier_refusal = ("DeepSeek-V4's host offload upstream is sparse history offload (completed history pages "
-                          "demoted to host memory and fetched back by the sparse kernels, refused with block reuse: "
-                          "test_deepseek_v4_offload_lifecycle.py::test_offload_rejects_other_history_policies), not "
-                          "a host level of reusable pages; kvcm does not model it (docs/semantics.md 11.7)")
+    """V2's manager with DeepSeek-V4's roles and constraints; no host tier (``kvcm.versions``: V2's ``deepseek_v4``
+    entry says why)."""
 
     def __init__(self, spec: DeepseekV4Spec | None = None, kv_cache_config: KvCacheConfig | None = None,
                  limits: Limits | None = None, *, free_memory_bytes: int | None = None, mapping=None,
@@ -152,3 +148,24 @@ class DeepseekV4CacheManager(KVCacheManagerV2):
         the user set, so an explicit ratio means no constraints at all.
         """
         return super()._named_constraints() + [longest_decode(self.limits)]
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class DeepseekV4Decisions(Decisions):
+    SUBSYSTEM = "DeepSeek-V4 bytes"
+
+    @rule("how many MTP layers DeepSeek-V4 caches beside its own: max_draft_len - 1, repeating the last layer's "
+          "ratio (DeepseekV4CacheManager.__init__)")
+    def v4_mtp_layers(max_draft_len: int) -> int:
+        return max(0, max_draft_len - 1)
+
+    @rule("how much wider a compressor's fp32 states are than its head: twice for the overlapping ratio-4 one "
+          "(get_attn_dim: state_factor 2 for is_overlap_compressor)")
+    def v4_state_factor(ratio: int) -> int:
+        return 2 if ratio == 4 else 1
+
+    @rule("the bytes of one compressed indexer key: fp8 values and an fp32 scale per 128 (fp4: packed E2M1 values "
+          "and a byte per 32), get_token_bytes for INDEXER_COMPRESS")
+    def v4_indexer_entry_bytes(index_head_dim: int, indexer_k_dtype: str) -> int:
+        ihd = index_head_dim
+        return ihd + ihd // 128 * 4 if indexer_k_dtype == "fp8" else ihd // 2 + ihd // 32

@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import versions
 from .config import KvCacheConfig
 from .errors import ConfigError
-from .policy import resolve
+from .policy import Decisions, resolve, rule
 
 
 def _bytes_per_token(spec, cfg: KvCacheConfig) -> int:
@@ -55,6 +55,19 @@ def trtllm_splits_gpu_budget(kvcm_version: str, *, separate_draft_engine: bool, 
     which holds the same tokens as this module's split). kvcm splits every final pair (docs/semantics.md 10)."""
     if estimating:
         return False
-    if versions.get(kvcm_version).draft_budget_split == "one-model draft":
-        return not separate_draft_engine
-    return vswa
+    return versions.get(kvcm_version).cls.trtllm_splits_draft_budget(separate_draft_engine=separate_draft_engine,
+                                                                     vswa=vswa)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class DraftBudgetDecisions(Decisions):
+    SUBSYSTEM = "draft budget"
+
+    @rule("the byte budget's split between a target's and a draft model's caches: in proportion to their KV bytes "
+          "per token, so both hold as many tokens (TensorRT-LLM PR #12188: each claimed the whole budget); the "
+          "draft's share rounded down, the target keeping the rest (_util.py _compute_draft_budget_shares: "
+          "slope_budget * draft_slope // slope_total); rounding the target's down instead gave the draft a byte, at "
+          "a block boundary a block, more")
+    def draft_budget_shares(total: int, target_bytes_per_token: int, draft_bytes_per_token: int) -> tuple[int, int]:
+        draft = total * draft_bytes_per_token // (target_bytes_per_token + draft_bytes_per_token)
+        return total - draft, draft

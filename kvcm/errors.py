@@ -50,6 +50,16 @@ class BudgetExceededError(KvcmError, MemoryError):
         )
 
 
+class UserCallbackError(KvcmError, RuntimeError):
+    """Code the user handed in (a retention clock, an ``on_finish`` callback, an adapter's hook) raised, or returned
+    what it must not. ``callback`` names it, ``problem`` says what it did (``__cause__`` is what it raised); the
+    call that ran it was undone first, so the manager or engine is as it was before that call."""
+
+    def __init__(self, callback: str, problem: str):
+        self.callback, self.problem = callback, problem
+        super().__init__(f"{callback} {problem}")
+
+
 class UnknownRequestError(KvcmError, KeyError):
     """The manager holds no request with this id."""
 

@@ -20,7 +20,7 @@ from .deprecation import renamed_keywords
 from .errors import BudgetExceededError
 from .factory import create_kv_cache_manager
 from .limits import Limits
-from .policy import resolve
+from .policy import Decisions, resolve, rule, setting
 from .warmup import WarmupReport, plan_warmup
 
 
@@ -54,7 +54,7 @@ def final_cache_config(kv_cache_config, estimation: dict | None, report, policy=
     policy's ``final_max_tokens_from_estimation`` caps ``max_tokens`` by the estimation run's largest dummy
     workload on a version of TensorRT-LLM's estimation path (TensorRT-LLM PR #15881 removed that cap for V2)."""
     if (not resolve(policy).final_max_tokens_from_estimation or estimation is None or report is None
-            or not versions.get(estimation["kvcm_version"]).trtllm_estimation_path or not report.long_token_nums):
+            or not versions.get(estimation["kvcm_version"]).cls.trtllm_estimation_path or not report.long_token_nums):
         return kv_cache_config
     tokens = max(t + (s.batch_size - 1) * (1 + s.draft_len) for s, t in report.long_token_nums.items())
     return kv_cache_config.replace(max_tokens=min(tokens, kv_cache_config.max_tokens or tokens))
@@ -105,3 +105,22 @@ def build_with_estimation(kvcm_version: str, model, kv_cache_config, limits: Lim
     final = make(final_cache_config(kv_cache_config, described, report, policy))
     warmups = [report, warm("final")(final)] if warmup else []
     return Estimation(described, final, warmups)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class EstimationDecisions(Decisions):
+    SUBSYSTEM = "estimation"
+
+    @rule("the config fields the estimation cache changes (TensorRT-LLM _util.py try_prepare_estimation): "
+          "pool_ratio dropped, the byte budget min(fraction x free, max_gpu_total_bytes), max_tokens kept as a cap; "
+          "avg_seq_len is set to max_seq_len by the caller. Keeping the user's ratio or ignoring the user's byte "
+          "cap sized the temporary cache from other constraints and another budget than upstream's")
+    def estimation_overrides(kv_cache_config) -> dict:
+        return {"pool_ratio": None, "avg_seq_len": None, "free_gpu_memory_fraction": kv_cache_config.fraction,
+                "max_gpu_total_bytes": kv_cache_config.max_gpu_total_bytes, "max_tokens": kv_cache_config.max_tokens}
+
+    final_max_tokens_from_estimation = setting(
+        False, "whether the final cache (built once the estimation cache is described and released) takes the "
+        "estimation run's largest dummy workload as its max_tokens, on a version of TensorRT-LLM's estimation path: "
+        "no, its config is the user's own (TensorRT-LLM PR #15881: PR #15091 did so for V2 too, the real pool was "
+        "capped and a DeepSeek-V4 context server hung at startup)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .deepseek_v4 import DeepseekV4CacheManager, DeepseekV4Spec
+from .deepseek_v4 import DeepseekV4Spec
 from .deprecation import renamed_keywords
 from .errors import ConfigError
 from .limits import Limits
@@ -36,8 +36,7 @@ def create_kv_cache_manager(kvcm_version: str, model, kv_cache_config=None, limi
     (a ``kvcm.policy.Policy``; None: the active one)."""
     resolved = resolve_kvcm_version(kvcm_version, model)
     limits = Limits.of(limits, **limit_fields)
-    if isinstance(model, DeepseekV4Spec):
-        return DeepseekV4CacheManager(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes,
-                                      mapping=mapping, pp_rank=pp_rank, policy=policy)
-    return versions.get(resolved).cls(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes,
-                                      mapping=mapping, pp_rank=pp_rank, policy=policy)
+    version = versions.get(resolved)
+    cls = version.deepseek_v4.cls if isinstance(model, DeepseekV4Spec) else version.cls
+    return cls(model, kv_cache_config, limits, free_memory_bytes=free_memory_bytes, mapping=mapping, pp_rank=pp_rank,
+               policy=policy)

@@ -10,6 +10,8 @@ only when no empty page is left, which is V2's order; V1 uses ``QueuedBlockPool`
 
 Never-used pages stay a high-water mark (positions ``0..N-1`` at the default priority), so a pool of a million
 pages still costs nothing to build; the rest is a heap of ``(priority, position)`` with lazy deletion.
+``FreeBlockQueue`` is an ``kvcm.eviction.EvictionPolicy`` over pages; ``QueuedBlockPool.allocate`` is the one
+place it is asked for a victim.
 """
 
 from __future__ import annotations
@@ -17,17 +19,13 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
-import time
 
 from .block_pool import BlockPool
+from .policy import Decisions, rule, setting
+from .retention_clock import monotonic_ms
 
 DEFAULT_PRIORITY = 35
 """TensorRT-LLM's ``kDefaultRetentionPriority``: the queue every block starts in."""
-
-
-def monotonic_ms() -> float:
-    """The clock retention durations are measured on (``LRUEvictionPolicy::getTime``: steady_clock)."""
-    return time.monotonic() * 1000.0
 
 
 class FreeBlockQueue:
@@ -35,7 +33,10 @@ class FreeBlockQueue:
 
     Three sources, each already in order: never-used pages (``fresh``), pages appended to the default FIFO (a
     deque: positions only grow, which is nearly every release) and the rest (other priorities, the front of the
-    default FIFO, restored places: a heap). An entry is live while ``_key`` still maps its page to its key."""
+    default FIFO, restored places: a heap). An entry is live while ``_key`` still maps its page to its key.
+    ``claimed`` keeps the place of each page a request claimed, until it is released again or ``restore``d."""
+
+    lazy = False
 
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
@@ -46,6 +47,7 @@ class FreeBlockQueue:
         self._back = num_blocks                # next position at the back (after every never-used page)
         self._front = 0                        # last position given at the front (decreasing)
         self._ghosts: set[tuple[int, int, int]] = set()   # second entries of a page queued twice (a defect)
+        self.claimed: dict[int, tuple[int, int]] = {}     # claimed page -> the key it had
 
     def __len__(self) -> int:
         return len(self._key) + len(self._ghosts) + self.num_blocks - self.fresh
@@ -58,11 +60,13 @@ class FreeBlockQueue:
             return self._key[page]
         return (DEFAULT_PRIORITY, page) if page >= self.fresh else None
 
-    def push(self, page: int, priority: int = DEFAULT_PRIORITY, *, front: bool = False) -> None:
+    def release(self, page: int, priority: int = DEFAULT_PRIORITY, *, front: bool = False) -> None:
         """``addToFreeBlockQueue``: at the back of its priority's FIFO, or at the front (a rewound block)."""
+        if self.claimed:
+            self.claimed.pop(page, None)      # released again: a claim's place is forgotten
         if front:
             self._front -= 1
-            self.restore(page, (priority, self._front))
+            self._place(page, (priority, self._front))
             return
         position = self._back
         self._back += 1
@@ -72,7 +76,7 @@ class FreeBlockQueue:
             if len(self._back35) > 2 * len(self._key) + 64:
                 self._back35 = collections.deque(e for e in self._back35 if self._key.get(e[1]) == (35, e[0]))
         else:
-            self.restore(page, (priority, position))
+            self._place(page, (priority, position))
 
     def push_many(self, pages: list[int]) -> None:
         """``push`` of each page, in order, at the back of the default FIFO (a whole request's release at once)."""
@@ -87,14 +91,13 @@ class FreeBlockQueue:
         """Queue a page that is queued already, as a second entry (only a historic defect does this: vLLM #42571,
         TensorRT-LLM PR #14937, where a block released twice is handed out twice)."""
         if page not in self:
-            return self.push(page)
+            return self.release(page)
         entry = (DEFAULT_PRIORITY, self._back, page)
         self._back += 1
         self._ghosts.add(entry)
         heapq.heappush(self._heap, entry)
 
-    def restore(self, page: int, key: tuple[int, int]) -> None:
-        """Put a page back where it was (a claim undone keeps its place, as if it had never left)."""
+    def _place(self, page: int, key: tuple[int, int]) -> None:
         self._key[page] = key
         heapq.heappush(self._heap, (key[0], key[1], page))
         if len(self._heap) > 2 * len(self._key) + 64:
@@ -102,8 +105,32 @@ class FreeBlockQueue:
             heapq.heapify(self._heap)
 
     def remove(self, page: int) -> tuple[int, int]:
-        """Take a queued page out (a cached block claimed by a request); returns its key for ``restore``."""
+        """Take a queued page out for good; returns the key it had."""
         return self._key.pop(page)
+
+    def claim(self, page: int) -> None:
+        """``claimBlock``: a request holds the queued page (a cached block it reuses); its place is kept for
+        ``restore``."""
+        self.claimed[page] = self._key.pop(page)
+
+    def restore(self, page: int) -> None:
+        """A claim undone: the page is back where it was, as if it had never left (nothing if it was not claimed)."""
+        key = self.claimed.pop(page, None)
+        if key is not None:
+            self._place(page, key)
+
+    def touch(self, page: int) -> None:
+        """A hit claims the block; upstream's queue orders by release, not by use."""
+
+    def reprioritize(self, page: int, priority: int, *, front: bool = False) -> None:
+        """A queued page at another priority: the back of that priority's FIFO (``refresh``: the front with
+        ``front``)."""
+        self._key.pop(page)
+        self.release(page, priority, front=front)
+
+    def clear(self) -> None:
+        """Every page queued afresh, in id order (the pool is empty)."""
+        self.__init__(self.num_blocks)
 
     def _top(self):
         """The first live entry of the heap and of the default FIFO's back, whichever comes first."""
@@ -142,14 +169,15 @@ class FreeBlockQueue:
         self.fresh += k
         return run
 
-    def pop(self) -> int:
-        """``getFreeBlock``: the front of the lowest non-empty priority."""
+    def victim(self, protected=()) -> int | None:
+        """``getFreeBlock``: the front of the lowest non-empty priority (None when the queue is empty). Every
+        queued page may go: a held one is never queued."""
         top = self._top()
         if self._fresh_first(top):
             self.fresh += 1
             return self.fresh - 1
         if top is None:
-            raise RuntimeError("no free block in the queue")
+            return None
         if self._back35 and top == (DEFAULT_PRIORITY, self._back35[0][0], self._back35[0][1]):
             self._back35.popleft()
         else:
@@ -160,8 +188,8 @@ class FreeBlockQueue:
             del self._key[top[2]]
         return top[2]
 
-    def queued(self):
-        """Every queued page with its key, front first (for tests and the explorer's invariants)."""
+    def order(self) -> list[int]:
+        """Every queued page, front first (for tests and the explorer's invariants)."""
         entries = [(key, page) for page, key in self._key.items()]
         entries += [((p, pos), page) for p, pos, page in self._ghosts]
         fresh = [((DEFAULT_PRIORITY, p), p) for p in range(self.fresh, self.num_blocks)]
@@ -182,7 +210,7 @@ class QueuedBlockPool(BlockPool):
         self.on_expire = None                  # told of a queued page whose priority fell back to 35
         self.release_priority = DEFAULT_PRIORITY   # the FIFO ``push_free`` appends to (set around a release)
         self.release_duration = None               # and how long it keeps it
-        self.clock = monotonic_ms              # milliseconds; a test injects its own (``set_clock``)
+        self.clock = monotonic_ms              # milliseconds; a V1 manager shares its RetentionClock (``set_clock``)
         self._expiring: list = []              # (expiry, serial, page, queue key) of timed queued pages
         self._serial = itertools.count()
 
@@ -205,7 +233,7 @@ class QueuedBlockPool(BlockPool):
                 self._used[run.start:run.stop] = b"\x01" * len(run)
                 out.extend(run)
                 continue
-            block = self.queue.pop()
+            block = self.queue.victim()
             self._grow_flags(block + 1)
             if self.on_take is not None and self._used[block]:
                 self.on_take(block)            # a cached block: evicted from the reuse tree
@@ -250,7 +278,7 @@ class QueuedBlockPool(BlockPool):
 
     def free_order(self) -> list[int]:
         """Every queued page, empty or cached, in the order ``allocate`` takes them."""
-        return self.queue.queued()
+        return self.queue.order()
 
     def push_free(self, block: int) -> None:
         """One page back without the double-release check (the policy's ``release_block`` makes it)."""
@@ -269,7 +297,7 @@ class QueuedBlockPool(BlockPool):
     def enqueue(self, block: int, priority: int, duration_ms=None, *, front: bool = False) -> None:
         """``releaseBlock``: queue the page; one with a duration and a priority other than 35 starts its timer
         now (a claimed page never decays: its entry no longer matches once it leaves the queue)."""
-        self.queue.push(block, priority, front=front)
+        self.queue.release(block, priority, front=front)
         if duration_ms is not None and priority != DEFAULT_PRIORITY:
             heapq.heappush(self._expiring, (self.clock() + duration_ms, next(self._serial), block,
                                             self.queue.key(block)))
@@ -281,16 +309,28 @@ class QueuedBlockPool(BlockPool):
         while self._expiring and self._expiring[0][0] <= now:
             _, _, block, key = heapq.heappop(self._expiring)
             if self.policy.timer_live(key, self.queue.key(block)):
-                self.queue.remove(block)
-                self.queue.push(block, DEFAULT_PRIORITY, front=self.policy.expired_to_front)
+                self.queue.reprioritize(block, DEFAULT_PRIORITY, front=self.policy.expired_to_front)
                 out.append(block)
                 if self.on_expire is not None:
                     self.on_expire(block)
         return out
 
-    def unqueue(self, block: int) -> tuple[int, int]:
-        return self.queue.remove(block)
-
     def mark_empty(self, block: int) -> None:
         """A queued cached page that left the tree (a descendant of an evicted block) is empty where it is."""
         self._used[block] = 0
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class FreeQueueDecisions(Decisions):
+    SUBSYSTEM = "V1's free queue and retention durations"
+
+    expired_to_front = setting(
+        False, "whether a block whose retention duration ran out goes to the front of the default (35) queue: no, "
+        "to its back (LRUEvictionPolicy::refresh addToFreeBlockQueue(block, toFront=false)); at the front it was "
+        "the next victim although other default-priority blocks had waited longer")
+
+    @rule("whether a duration timer still applies to a queued block: only the entry of the release that started it "
+          "(claimBlock erases the block from the expiring heap, so a block reused and released again starts anew); "
+          "a stale timer dropped a just-released block's priority early")
+    def timer_live(started_key, current_key) -> bool:
+        return started_key == current_key

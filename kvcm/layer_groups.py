@@ -1,62 +1,71 @@
 """Layer groups: layers that share one life cycle (one attention type), each group one pool.
 
-A group's page arithmetic is its attention type's (``kvcm.attention_types``): full-attention groups keep every
-block of a request; a sliding-window group of window W (with S sink tokens) can drop blocks no future query will
-read (docs/semantics.md 4.1: ``[min(ceil(h/tpb), sink_blocks), max(that, (h + 1 - W) // tpb))`` at history h,
-the ``+1`` the in-flight token); a chunked-local group drops the chunks before the query's own.
+A group's page arithmetic and page size are its attention type's (``kvcm.attention_types``), which the group
+delegates to: full-attention groups keep every page of a request; a sliding-window group of window W (with S sink
+tokens) can drop pages no future query will read (docs/semantics.md 4.1: ``[min(ceil(h/tpb), sink_pages), max(that,
+(h + 1 - W) // tpb))`` at history h, the ``+1`` the in-flight token); a chunked-local group drops the chunks before
+the query's own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .attention_types import AttentionType, of_layer
+from .attention_types import AttentionType, life_cycle, of_layer
 from .model_spec import ModelSpec
-from .policy import Policy, resolve
+from .policy import Decisions, Policy, resolve, setting
 from .units import ceil_div
 
 
 @dataclass
 class LayerGroup:
-    """One pool's worth of layers. ``layer_offsets`` are byte offsets of each layer inside one block. Its page
-    arithmetic is its attention type's (``kvcm.attention_types``); ``window`` / ``sink_tokens`` are the
-    sliding window's, kept for what reports them."""
+    """One pool's worth of layers of one attention type. ``layer_offsets`` are byte offsets of each layer inside one
+    block. What it reads and holds is its type's: ``stale_range``, ``pages_needed``, ``max_pages``, ``sink_pages``
+    and the page size ``tokens_per_block`` are the type's own, the window and sinks what reports show."""
 
     index: int
     layers: tuple[int, ...]
-    window: int | None
-    sink_tokens: int
+    attention: AttentionType
     bytes_per_block: int
     layer_offsets: dict[int, int] = field(default_factory=dict)
     num_blocks: int = 0
     name: str = ""
-    attention: AttentionType | None = None      # None: from window and sink_tokens
 
     def __post_init__(self):
-        if self.attention is None:
-            self.attention = of_layer(self.window, self.sink_tokens)
-        # the manager's hot path asks every step: bound to the type's method, so asking costs one call
+        self.name = self.name or self.attention.label()
+        # the manager's hot paths ask every step: the type's own bound methods, so asking costs one call
         self.stale_range = self.attention.stale_range
+        self.pages_needed = self.attention.pages_needed
 
     @property
     def is_full(self) -> bool:
         return self.attention.is_full
 
-    def sink_blocks(self, tpb: int) -> int:
-        return ceil_div(self.sink_tokens, tpb)
+    @property
+    def tokens_per_block(self) -> int:
+        return self.attention.tokens_per_block
 
-    def stale_range(self, history: int, tpb: int) -> tuple[int, int]:
-        """Logical blocks ``[lo, hi)`` no future query reads at this history (empty for full attention); each
-        instance binds its type's method in its place (``__post_init__``)."""
-        return self.attention.stale_range(history, tpb)
+    @property
+    def window(self) -> int | None:
+        return self.attention.window
 
-    def blocks_needed(self, capacity: int, history: int, tpb: int) -> int:
-        """Blocks a request holds here: ``ceil(capacity / tpb)`` less the stale ones."""
-        return self.attention.pages_needed(capacity, history, tpb)
+    @property
+    def sink_tokens(self) -> int:
+        return self.attention.sink_tokens
 
-    def max_window_blocks(self, tpb: int) -> int:
-        """Most blocks one request can hold in this group (sliding or chunked): its type's bound."""
-        return self.attention.max_pages(tpb)
+    def stale_range(self, history: int) -> tuple[int, int]:
+        """The type's ``stale_range`` (each instance binds it in its place: ``__post_init__``)."""
+        return self.attention.stale_range(history)
+
+    def pages_needed(self, capacity: int, history: int) -> int:
+        """The type's ``pages_needed`` (bound in its place too)."""
+        return self.attention.pages_needed(capacity, history)
+
+    def max_pages(self) -> int:
+        return self.attention.max_pages()
+
+    def sink_pages(self) -> int:
+        return self.attention.sink_pages()
 
 
 def build_layer_groups(spec: ModelSpec, tpb: int, policy: Policy | None = None) -> list[LayerGroup]:
@@ -64,16 +73,15 @@ def build_layer_groups(spec: ModelSpec, tpb: int, policy: Policy | None = None) 
     ``LifeCycleRegistry`` numbers them (the policy's ``life_cycle_order``): a ``pool_ratio`` copied from a real
     config weights the same groups. ``policy``: the manager's (None: the active policy).
 
-    A life cycle is (window, sink *blocks*), as ``AttnLifeCycle`` keys it (``policy.life_cycle``): layers whose
-    sink tokens round up to the same number of blocks share one group, which keeps ``sink_blocks * tpb`` sink
-    tokens.
+    A life cycle is its attention type's key (``kvcm.attention_types.life_cycle``: window and sink *blocks*, as
+    ``AttnLifeCycle`` keys it, through ``policy.life_cycle``; a chunked layer's chunk too): layers whose sink tokens
+    round up to the same number of blocks share one group, which keeps ``sink_blocks * tpb`` sink tokens. The
+    group's type is built from its key's window, so a key that drops the window makes a full group.
     """
     policy = resolve(policy)
     members: dict[tuple, list[int]] = {}
-    for i, layer in enumerate(spec.layers):   # a chunked layer's life cycle is its chunk (it has no window)
-        key = policy.life_cycle(layer.sliding_window, layer.sink_tokens, tpb)
-        if layer.attention_chunk is not None:
-            key = (*key, layer.attention_chunk)
+    for i, layer in enumerate(spec.layers):
+        key = life_cycle(layer.sliding_window, layer.sink_tokens, layer.attention_chunk, tpb, policy)
         members.setdefault(key, []).append(i)
     groups = []
     keys = list(members)
@@ -85,8 +93,18 @@ def build_layer_groups(spec: ModelSpec, tpb: int, policy: Policy | None = None) 
             offsets[li] = offset
             offset += spec.layers[li].bytes_per_block(tpb)
         first = spec.layers[members[key][0]]
-        window, sink_tokens = key[0], ceil_div(first.sink_tokens, tpb) * tpb
-        attention = of_layer(window, sink_tokens, first.attention_chunk, policy)
-        groups.append(LayerGroup(gi, tuple(members[key]), window, sink_tokens, offset, offsets,
-                                 name=attention.label(), attention=attention))
+        attention = of_layer(key[0], ceil_div(first.sink_tokens, tpb) * tpb, first.attention_chunk,
+                             tokens_per_block=tpb, policy=policy)
+        groups.append(LayerGroup(gi, tuple(members[key]), attention, offset, offsets))
     return groups
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class LayerGroupDecisions(Decisions):
+    SUBSYSTEM = "layer groups"
+
+    life_cycle_order = setting(
+        "first_seen", "the order life cycles are numbered in: first seen first, as TensorRT-LLM's LifeCycleRegistry "
+        "numbers them, so a pool_ratio copied from a real config weights the same groups ('full_first': the "
+        "full-attention life cycles before the sliding ones, which weighted other groups)",
+        choices=("first_seen", "full_first"))

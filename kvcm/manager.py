@@ -16,14 +16,14 @@ from . import validation
 from .validation import MAX_BATCH_SIZE
 from .errors import ConfigError, OutOfPagesError, UnknownRequestError
 from .deprecation import renamed_attribute
-from .block_pool import BlockPool
 from .layer_groups import LayerGroup, build_layer_groups
 from .limits import MAX_BATCH_SIZE, Limits  # noqa: F401  (MAX_BATCH_SIZE: kvcm.MAX_BATCH_SIZE)
 from .model_spec import ModelSpec
+from .events.api import EventsMixin
 from .reuse.api import ReuseMixin
 from .parallel import Mapping
-from .policy import resolve as resolve_policy
-from .policy.warmup import released
+from .policy import Decisions, resolve as resolve_policy, rule, setting
+from . import versions
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,13 @@ def _free_memory(device: torch.device, given: int | None) -> int | None:
     return None
 
 
-class BaseKVCacheManager(ReuseMixin):
-    kvcm_version = "base"
-    _pool_class = BlockPool          # V1 takes TensorRT-LLM's free-queue order (kvcm/free_queue.py)
+class BaseKVCacheManager(ReuseMixin, EventsMixin):
     version = renamed_attribute("kvcm_version")
+
+    @property
+    def kvcm_version(self) -> str:
+        """The name of this manager's version (``kvcm.versions``: the entry its class belongs to)."""
+        return versions.of(type(self)).name
 
     def __init__(self, model: ModelSpec, kv_cache_config: KvCacheConfig | None = None, limits: Limits | None = None,
                  *, free_memory_bytes: int | None = None, mapping=None, pp_rank: int = 0, policy=None, **limit_fields):
@@ -77,6 +80,7 @@ class BaseKVCacheManager(ReuseMixin):
         if kv_cache_config is not None and not isinstance(kv_cache_config, KvCacheConfig):
             raise ConfigError("kv_cache_config", type(kv_cache_config).__name__, "must be a kvcm.KvCacheConfig or None")
         cfg = kv_cache_config or KvCacheConfig()
+        self._version = versions.of(type(self))      # the entry whose factories build its pools and caches
         self.policy = resolve_policy(policy)
         _check_mapping(mapping, pp_rank)
         if mapping is not None:
@@ -102,12 +106,14 @@ class BaseKVCacheManager(ReuseMixin):
                                   + (f" (max_tokens={cfg.max_tokens} is under one block of {cfg.tokens_per_block} tokens)"
                                      if cfg.max_tokens is not None and cfg.max_tokens < cfg.tokens_per_block else ""))
             g.num_blocks = n
-        self.pools = [self._pool_class(g.num_blocks, g.bytes_per_block, self.device, policy=self.policy)
+        pool = self._version.pool_class
+        self.pools = [pool(g.num_blocks, g.bytes_per_block, self.device, policy=self.policy)
                       for g in self.layer_groups]
         self.stale_released = [0] * len(self.pools)   # pages V2 gave back as they left a window, per group
         self._seqs: dict[object, _Sequence] = {}
         self._views: dict[int, torch.Tensor] = {}
         self._init_reuse()
+        self._init_events()
 
     # ---- the limits, read through ---------------------------------------------------------------------------
     max_batch_size = property(lambda self: self.limits.max_batch_size)
@@ -161,10 +167,9 @@ class BaseKVCacheManager(ReuseMixin):
 
     def get_num_free_blocks(self) -> int:
         """Free blocks of the most constrained full-attention group (any group when none is full); cached
-        blocks no request holds count as free, as TensorRT-LLM and vLLM report them (``policy.free_blocks``)."""
-        free = self.policy.free_blocks
-        full = [free(p.num_free, p.num_reusable) for g, p in zip(self.layer_groups, self.pools) if g.is_full]
-        return min(full or [free(p.num_free, p.num_reusable) for p in self.pools])
+        blocks no request holds count as free, as TensorRT-LLM and vLLM report them (allocating evicts them)."""
+        full = [p.num_free + p.num_reusable for g, p in zip(self.layer_groups, self.pools) if g.is_full]
+        return min(full or [p.num_free + p.num_reusable for p in self.pools])
 
     @property
     def max_tokens(self) -> int:
@@ -363,3 +368,47 @@ def _check_mapping(mapping, pp_rank) -> None:
     elif not isinstance(mapping, Mapping):
         raise ConfigError("mapping", mapping, f"must be a kvcm.Mapping, not {type(mapping).__name__} (for a dict "
                           "of its fields: kvcm.Mapping(**fields))")
+
+
+RELEASED = ("all", "last", "none")   # which of a failed dummy call's dummies it releases: made, made[-1:], []
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class ManagerDecisions(Decisions):
+    SUBSYSTEM = "dummies and available tokens (both versions)"
+
+    @rule("the slots beyond the answer a request of the answer's length holds: the extra KV tokens and the draft "
+          "tokens (TensorRT-LLM PR #17162: drafts left out, spec-decode dummies overflowed the pool)")
+    def available_extra(num_extra_kv_tokens: int, num_draft_tokens: int) -> int:
+        return num_extra_kv_tokens + num_draft_tokens
+
+    @rule("a dummy call checked whole before anything is placed: (request_ids, token_nums, is_gen, drafts, "
+          "reserve) as lists and counts, or a ConfigError naming the field (kvcm before 4044276 checked each dummy "
+          "while placing it: add_dummy_requests('abc') made three dummies)")
+    def checked_dummy_call(request_ids, token_nums, is_gen, max_num_draft_tokens, kv_reserve_draft_tokens,
+                           max_seq_len: int) -> tuple:
+        return validation.dummy_call(request_ids, token_nums, is_gen, max_num_draft_tokens, kv_reserve_draft_tokens,
+                                     max_seq_len)
+
+    dummies_released_when_refused = setting(
+        "all", "the dummies a call releases when one does not fit: every one it made ('last': only the one that "
+        "failed, TensorRT-LLM PR #17162 leaked those before it and estimation hung)", choices=RELEASED)
+
+    dummies_released_when_raised = setting(
+        "all", "the dummies a call releases when placing one raises: every one it made ('none': kvcm before "
+        "4044276 kept them held, the pool smaller; 'last' as TensorRT-LLM PR #17162)", choices=RELEASED)
+
+    gen_dummy_extra_slots = setting(
+        0, "the slots a generation dummy holds beyond token_num + E + the draft reservation: none (TensorRT-LLM PR "
+        "#19213: generation dummies one token too large skipped page-boundary shapes)")
+
+    dummy_batch_checked_first = setting(
+        True, "whether a warmup batch that cannot fit is refused before its first dummy is placed when placing "
+        "would evict cached blocks: an eviction is not undone by releasing the dummies, so placing first left a "
+        "refused add_dummy_requests with fewer cached blocks than before (found by the exhaustive explorer, issue "
+        "39)")
+
+
+def released(made: list, which: str) -> list:
+    """The dummies of ``made`` that ``which`` (one of ``RELEASED``) names."""
+    return made if which == "all" else made[-1:] if which == "last" else []

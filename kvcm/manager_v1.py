@@ -11,28 +11,31 @@ from . import validation
 from .errors import OutOfPagesError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
-from .free_queue import QueuedBlockPool
-from .reuse.version_rules import V1ReuseRules
-from .reuse.host_tier import TieredReuseCache, host_blocks
-from .reuse.queued_cache import QueuedReuseCache
+from .policy import Decisions, rule, setting
+from .retention_clock import RetentionClock, reads_clock
 
 
 class KVCacheManagerV1(BaseKVCacheManager):
-    kvcm_version = "v1"
-    _reuse_rules = V1ReuseRules()
-    _pool_class = QueuedBlockPool    # upstream's free queue: ids and eviction order as BlockManagerReuseTest pins
-    _cache_class = QueuedReuseCache
-    _host_tier = True
+    """Its pools keep TensorRT-LLM's free queue (ids and eviction order as BlockManagerReuseTest pins), its host
+    tier is the secondary pool (``kvcm.versions``: the V1 entry's factories)."""
 
-    def _make_reuse_cache(self):
-        """With ``host_cache_size``, TensorRT-LLM's secondary pool: floor(bytes / block bytes) blocks per group."""
-        cfg = self.kv_cache_config
-        n = host_blocks(cfg.host_cache_size, sum(g.bytes_per_block for g in self.layer_groups))
-        if n == 0:
-            return super()._make_reuse_cache()
-        return TieredReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
-                                num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
-                                offload_min_priority=cfg.offload_min_priority, policy=self.policy)
+    releases_window_pages = False          # a request keeps every page of every group: ceil(len / page) each
+    reserves_max_draft_len = True          # a context chunk reserves max_draft_len draft slots, whatever it drafts
+    common_max_tokens_across_ranks = True  # every pipeline rank takes the fewest ranks' max_tokens
+    trtllm_estimation_path = False         # kvcm plan shows no TensorRT-LLM estimation max_tokens (semantics.md 10)
+
+    @staticmethod
+    def trtllm_splits_draft_budget(*, separate_draft_engine: bool, vswa: bool) -> bool:
+        """TensorRT-LLM's V1 splits max_gpu_total_bytes between target and draft only when the layout has variable
+        windows (otherwise one shared max_tokens sizes both)."""
+        return vswa
+
+    def _init_reuse(self) -> None:
+        """One ``RetentionClock`` for every pool, the host tier's included (it takes the GPU pools' clock)."""
+        clock = RetentionClock()
+        for pool in self.pools:
+            pool.clock = clock
+        super()._init_reuse()
 
     def _size_pools(self) -> list[int]:
         cfg, tpb = self.kv_cache_config, self.tokens_per_block
@@ -171,7 +174,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
             validation.count("batch_size", batch_size, 1)
             max_num_draft_tokens = validation.count("max_num_draft_tokens", max_num_draft_tokens)
         policy = self.policy
-        free = min(policy.free_blocks(pool.num_free, pool.num_reusable) for pool in self.pools)
+        free = min(pool.num_free + pool.num_reusable for pool in self.pools)   # cached unheld blocks count
         available = (free * self.tokens_per_block
                      - policy.available_extra(self.num_extra_kv_tokens, max_num_draft_tokens))
         return max(0, min(token_num_upper_bound, available))
@@ -188,3 +191,30 @@ class KVCacheManagerV1(BaseKVCacheManager):
             return False
         self._seq(request_id).history = token_num - 1 if is_gen else 0
         return True
+
+
+# The calls that may start or check a retention timer: a release (``free_resources``, a shrinking ``_set_tokens``:
+# a rewind, rejected drafts), an allocation that may offload a timed block to the host tier (``add_sequence``, a
+# growing ``_set_tokens``, dummies), ``refresh_blocks``; and ``begin_context_chunk``, which frees the request it made
+# when its ``_set_tokens`` fails. With a user's clock each reads it once before it changes anything
+# (kvcm/retention_clock.py); a decode step within the blocks a request holds reads none (the engine's hot path).
+# V1 stores blocks without releasing any (rebasing is V2's), so ``append_tokens`` and ``end_context_chunk`` read none.
+# The exhaustive explorer runs every operation with a clock that fails.
+CLOCK_READERS = ("add_sequence", "begin_context_chunk", "_set_tokens", "free_resources", "add_dummy_requests",
+                 "refresh_blocks")
+for _name in CLOCK_READERS:
+    setattr(KVCacheManagerV1, _name, reads_clock(getattr(KVCacheManagerV1, _name)))
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class V1Decisions(Decisions):
+    SUBSYSTEM = "V1 sizing and rewinds"
+
+    @rule("V1's blocks for kv_cache_config.max_tokens: whole blocks only, as TensorRT-LLM's "
+          "calculate_max_num_blocks floors max_tokens // tokens_per_block")
+    def v1_blocks_for_max_tokens(max_tokens: int, tpb: int) -> int:
+        return max_tokens // tpb
+
+    rewind_to_front = setting(
+        True, "whether a rewound block goes to the front of its queue (removeToken -> releaseLastBlock(toFront=true)), "
+        "so the next token takes it again; at the back a speculative step's rejected drafts pushed cached blocks out")

@@ -16,24 +16,24 @@ from . import validation
 from .errors import BudgetExceededError, ConfigError
 from .units import ceil_div
 from .manager import BaseKVCacheManager
-from .reuse.host_level import LeveledReuseCache, host_level_blocks
-from .reuse.version_rules import V2ReuseRules
 from .storage_quota import plan_storage
+from .policy import Decisions, rule, setting
 
 
 class KVCacheManagerV2(BaseKVCacheManager):
-    kvcm_version = "v2"
-    _reuse_rules = V2ReuseRules()
-    _host_tier = True
+    """Its pools hand out the most recently freed page, its cached pages leave by ``kvcm.eviction.tree``'s order,
+    its host tier is a host level (``kvcm.versions``: the V2 entry's factories)."""
 
-    def _make_reuse_cache(self):
-        """With ``host_cache_size``, a host level behind the GPU one (the wrapper's ``HostCacheTierConfig(quota=
-        host_cache_size)``; kvcm builds none when it is unset, docs/semantics.md 11.7)."""
-        counts = host_level_blocks(self.kv_cache_config.host_cache_size, self.pools)
-        if not any(counts):
-            return super()._make_reuse_cache()
-        return LeveledReuseCache(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
-                                 num_host_blocks=counts, policy=self.policy)
+    releases_window_pages = True            # pages a sliding window or a chunk left behind go back (semantics.md 4)
+    reserves_max_draft_len = False          # a step reserves its own drafts
+    common_max_tokens_across_ranks = False  # each pipeline rank is sized from its own budget
+    trtllm_estimation_path = True           # kvcm plan shows TensorRT-LLM's estimation max_tokens (semantics.md 10)
+
+    @staticmethod
+    def trtllm_splits_draft_budget(*, separate_draft_engine: bool, vswa: bool) -> bool:
+        """TensorRT-LLM's V2 splits max_gpu_total_bytes between target and draft only for a one-model draft with
+        its own cache (a two-model draft engine keeps the whole budget, asserted equal)."""
+        return not separate_draft_engine
 
     # ---- constraints and sizing -----------------------------------------------------------------------------
     def _typical_seq_len(self) -> int | None:
@@ -114,7 +114,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
             return True
         plans = []
         for g, (group, pool, blocks) in enumerate(zip(self.layer_groups, self.pools, seq.blocks)):
-            lo, hi = group.stale_range(hist, tpb)
+            lo, hi = group.stale_range(hist)
             release = [b for b in blocks[target:] if b >= 0]
             stale = range(max(lo, seq.stale_done[g]), min(hi, target, len(blocks)))
             release += [blocks[i] for i in stale if blocks[i] >= 0]
@@ -154,17 +154,16 @@ class KVCacheManagerV2(BaseKVCacheManager):
         same number of logical blocks (stale ones as -1), so one length says whether any group would grow."""
         if len(seq.blocks[0]) != target:
             return False
-        tpb = self.tokens_per_block
         for group in self._windowed or ():
-            if min(group.stale_range(hist, tpb)[1], target) > seq.stale_done[group.index]:
+            if min(group.stale_range(hist)[1], target) > seq.stale_done[group.index]:
                 return False
         return True
 
     def _resize_or_raise(self, request_id, capacity: int | None, history: int | None, what: str) -> None:
         if not self.resize(request_id, capacity, history):
-            seq, tpb = self._seq(request_id), self.tokens_per_block
+            seq = self._seq(request_id)
             cap = seq.capacity if capacity is None else capacity
-            needs = [max(0, group.blocks_needed(cap, seq.history if history is None else history, tpb)
+            needs = [max(0, group.pages_needed(cap, seq.history if history is None else history)
                          - sum(1 for b in blocks if b >= 0))
                      for group, blocks in zip(self.layer_groups, seq.blocks)]
             raise self._out_of_pages(request_id, needs, what)
@@ -269,13 +268,13 @@ class KVCacheManagerV2(BaseKVCacheManager):
         """
         tpb = self.tokens_per_block
         shorts = batch_size - 1
-        avail = [self.policy.clamp_blocks(g.num_blocks, pool.num_free, g.blocks_needed(1, 1, tpb) * shorts)
+        avail = [self.policy.clamp_blocks(g.num_blocks, pool.num_free, g.pages_needed(1, 1) * shorts)
                  for g, pool in zip(self.layer_groups, self.pools)]
         if any(a < 1 for a in avail):
             return 0
         if self.policy.clamp_skips_stale_pages:
             def needed(g, capacity, history, tpb):
-                return g.blocks_needed(capacity, history, tpb)
+                return g.pages_needed(capacity, history)
         else:               # every block of the sequence, the stale window blocks too
             def needed(g, capacity, history, tpb):
                 return ceil_div(capacity, tpb)
@@ -298,7 +297,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
     def _dummy_blocks(self, token_num: int, is_gen: bool, reserve: int) -> list[int]:
         capacity = token_num + self.num_extra_kv_tokens + (reserve if is_gen else 0)
         history = token_num - 1 if is_gen else 0
-        return [g.blocks_needed(capacity, history, self.tokens_per_block) for g in self.layer_groups]
+        return [g.pages_needed(capacity, history) for g in self.layer_groups]
 
     def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
         """Generation: ``resize(token_num + E, history=token_num - 1)`` then ``+ K``: capacity ``token_num + E + K``."""
@@ -312,3 +311,43 @@ class KVCacheManagerV2(BaseKVCacheManager):
     def kv_cache_desc(self, request_id) -> KVCacheDesc:
         seq = self._seq(request_id)
         return KVCacheDesc(seq.capacity, seq.history)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class V2Decisions(Decisions):
+    SUBSYSTEM = "V2 constraints, clamp and chunks"
+
+    generic_v2_longest_decode = setting(
+        False, "whether generic V2 has a longest-decode constraint floor: no, it is DeepSeek-V4's alone (TensorRT-LLM "
+        "PR #16545 moved it into generic V2 and inflated every ordinary model's estimation pool; PR #19213 scoped it "
+        "back)")
+
+    generic_v2_context_counts_extra = setting(
+        True, "whether generic V2's context (chunked-prefill) floor counts the extra KV tokens: max_num_tokens + E "
+        "(TensorRT-LLM PR #16173: the DSV4 context constraint was sized without num_extra_kv_tokens)")
+
+    pool_ratio_keeps_v4_floors = setting(
+        False, "whether an explicit kv_cache_config.pool_ratio keeps DeepSeek-V4's constraint floors (those with its "
+        "longest decode): no, the ratio is used as given with no floors at all (TensorRT-LLM PR #19213's explicit "
+        "opt-out; before it only generic V2's floors were dropped)")
+
+    @rule("the capacity V2's clamp is asked for: the bound plus the extra slots, so a bound that fits comes back "
+          "whole (TensorRT-LLM PR #13935 clamped the bound itself)")
+    def clamp_bound(token_num_upper_bound: int, extra: int) -> int:
+        return token_num_upper_bound + extra
+
+    @rule("the blocks of one pool V2's clamp gives the batch's long request: the pool's total less the short "
+          "requests' blocks (clamp_max_seq_len_for_mem starts from storage.num_slots; from the free blocks, "
+          "warmup's short dummies were taken away twice)")
+    def clamp_blocks(num_blocks: int, num_free: int, short_blocks: int) -> int:
+        return num_blocks - short_blocks
+
+    clamp_skips_stale_pages = setting(
+        True, "whether the clamp's long request needs, in a sliding group, only its capacity less the window blocks "
+        "already stale (its attention type's pages_needed), not every block of the sequence (vLLM PR #40946: a "
+        "sliding-window gate budgeting the full sequence refused requests that fit)")
+
+    refused_chunk_restores_started = setting(
+        True, "whether a request made by add_sequence whose first context chunk was refused counts as started (its "
+        "pages LOCKED, not HELD) only as it did before the call, since a refused call changes nothing "
+        "(docs/semantics.md 11.2; V2 marked it started before it knew the chunk fit, issue 39)")

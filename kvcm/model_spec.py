@@ -45,6 +45,12 @@ class LayerSpec:
     model_layer: Annotated[Int, Field(ge=0)] | None = None
     fixed_dtype: Flag = False  # keeps its dtype when the cache config sets one (V4's fp32 compressor states)
 
+    def __post_init__(self):
+        if self.sliding_window is not None and self.attention_chunk is not None:
+            raise ConfigError("attention_chunk", self.attention_chunk, f"a layer is sliding-window or chunked-local, not "
+                              f"both (sliding_window={self.sliding_window} was given too; transformers gives each "
+                              f"layer one of layer_types)")
+
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank is not None
@@ -149,6 +155,7 @@ class ModelSpec:
         dtype = cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
         dtype = "bfloat16" if str(dtype).removeprefix("torch.") not in (
             "float16", "float32", "bfloat16") else str(dtype).removeprefix("torch.")
+        cfg = _llama4_layer_types(cfg, n)
         windows, chunks = _sliding_layers(cfg, n), _chunked_layers(cfg, n)
         mla = cfg.get("kv_lora_rank")
         layers = []
@@ -165,13 +172,40 @@ class ModelSpec:
                    preferred_manager=cfg.get("kv_cache_manager_version"), num_attention_heads=heads)
 
 
+LLAMA4_CHUNK = 8192
+"""``Llama4TextConfig.attention_chunk_size``'s default, taken when a Llama 4 config has no such key."""
+
+
+def _llama4_layer_types(cfg: dict, n: int) -> dict:
+    """A Llama 4 text config as ``Llama4TextConfig.__post_init__`` completes it (transformers 5.24): no
+    ``layer_types`` are derived from ``no_rope_layers`` (a RoPE layer, 1, is chunked; a NoPE one, 0, full), which when
+    empty or absent is a NoPE layer every ``no_rope_layer_interval`` (4) layers; no ``attention_chunk_size`` key is
+    8192, and null makes every layer full. Checkpoints ship config.json files without ``layer_types``."""
+    if cfg.get("model_type") != "llama4_text":
+        return cfg
+    cfg = {"attention_chunk_size": LLAMA4_CHUNK} | cfg
+    if not cfg.get("layer_types"):
+        interval = count("no_rope_layer_interval", cfg.get("no_rope_layer_interval", 4), 1)
+        rope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+        if len(rope) != n:
+            raise ConfigError("no_rope_layers", len(rope), f"must list num_hidden_layers={n} entries (0: a NoPE "
+                              f"layer, full attention; 1: a RoPE layer, chunked)")
+        chunked = cfg["attention_chunk_size"] is not None
+        cfg["layer_types"] = ["chunked_attention" if r and chunked else "full_attention" for r in rope]
+    return cfg
+
+
 def _chunked_layers(cfg: dict, n: int) -> list[int | None]:
     """Per layer the attention chunk of a ``"chunked_attention"`` layer (Llama 4's ``layer_types`` with its
-    ``attention_chunk_size``), else None."""
+    ``attention_chunk_size``), else None. A chunk size is set whatever its value (transformers reads 0 as set,
+    then its mask divides by it), so one below 1 is refused, and chunked layers without one too."""
     chunk, types = cfg.get("attention_chunk_size"), cfg.get("layer_types")
-    if not chunk or not types or len(types) != n:
+    if not types or "chunked_attention" not in types:
         return [None] * n
-    return [count("attention_chunk_size", chunk, 1) if t == "chunked_attention" else None for t in types]
+    if chunk is None:
+        raise ConfigError("attention_chunk_size", None, "must be set: layer_types names chunked_attention layers")
+    chunk = count("attention_chunk_size", chunk, 1)
+    return [chunk if t == "chunked_attention" else None for t in types]
 
 
 def _sliding_layers(cfg: dict, n: int) -> list[int | None]:

@@ -28,7 +28,7 @@ from typing import Annotated
 from pydantic import Field, Strict
 
 from .errors import ConfigError
-from .policy import resolve
+from .policy import Decisions, resolve, rule, setting
 from .validation import Int, config_dataclass
 
 PositiveInt = Annotated[Int, Field(ge=1, description="must be an integer >= 1")]
@@ -165,3 +165,20 @@ def shard(spec, mapping: Mapping, pp_rank: int = 0, policy=None):
     layers = tuple(shard_layer(spec.layers[i], mapping.attn_tp_size, policy) for i in keep)
     return replace(spec, layers=layers, num_model_layers=num_model_layers(spec))
 
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class ParallelDecisions(Decisions):
+    SUBSYSTEM = "parallel ranks"
+
+    @rule("KV heads one rank keeps of a layer's num_kv_heads over attn_tp attention-TP ranks: rounded up, so heads "
+          "are replicated when there are fewer than ranks (TensorRT-LLM resource_manager.py KVCacheManager.__init__: "
+          "(num_kv_heads + tp_size - 1) // tp_size; PR #3002 fixed a kv_head_num of 0 when the ranks outnumbered "
+          "the KV heads of an MQA model)")
+    def kv_heads_per_rank(num_kv_heads: int, attn_tp: int) -> int:
+        return -(-num_kv_heads // attn_tp)
+
+    latent_sharded = setting(
+        False, "whether one latent entry (MLA's kv_lora_rank + rope, every DeepSeek-V4 role) is split over the "
+        "attention-TP ranks: no, every rank stores all of it (TensorRT-LLM _util.py builds the MLA cache with "
+        "num_kv_heads=1; tenstorrent/tt-xla #5861 budgeted the replicated latent as sharded, a tp_size-fold "
+        "over-commit)")

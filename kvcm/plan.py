@@ -55,7 +55,7 @@ def max_concurrency(manager, seq_len: int) -> int:
     tpb = manager.tokens_per_block
     counts = []
     for g in manager.layer_groups:
-        need = (g.blocks_needed(seq_len, seq_len - 1, tpb) if versions.get(manager.kvcm_version).releases_window_pages
+        need = (g.pages_needed(seq_len, seq_len - 1) if manager.releases_window_pages
                 else ceil_div(seq_len, tpb))
         counts.append(g.num_blocks // max(need, 1))
     return min(counts)
@@ -95,7 +95,7 @@ def plan(args, progress: bool | None = None) -> dict:
     if deepseek and args.kvcm_version == versions.ALL:
         out["notes"].append("DeepSeek-V4 is planned by V2 only (its compressed and sliding-window groups need V2)")
     for kvcm_version in _progress(planned, progress):
-        entry, traits = {"kvcm_version": kvcm_version}, versions.get(kvcm_version)
+        entry, manager_class = {"kvcm_version": kvcm_version}, versions.get(kvcm_version).cls
         try:
             limits = Limits(args.max_batch_size, args.max_seq_len, args.max_num_tokens, args.max_draft_len,
                             args.extra_kv_tokens, device="meta")
@@ -105,7 +105,7 @@ def plan(args, progress: bool | None = None) -> dict:
                                              two_model=args.two_model or draft is not None, mapping=mapping, pp_rank=r)
 
             from .plan_parallel import build_stages   # V1 takes every rank's max_tokens down to the fewest
-            stages = build_stages(model, mapping, cfg, build, traits.common_max_tokens_across_ranks)
+            stages = build_stages(model, mapping, cfg, build, manager_class.common_max_tokens_across_ranks)
             est = stages[0]   # with --pp: stage 0's in detail below, every stage's in "stages"
             if draft is not None:
                 from .factory import create_kv_cache_manager
@@ -119,7 +119,7 @@ def plan(args, progress: bool | None = None) -> dict:
             out["managers"].append(entry)
             continue
         final = est.manager
-        if traits.trtllm_estimation_path and not deepseek:   # TensorRT-LLM's estimation max_tokens (semantics.md 10)
+        if manager_class.trtllm_estimation_path and not deepseek:   # TensorRT-LLM's estimation max_tokens (semantics.md 10)
             from .estimation_tokens import trtllm_estimation_max_tokens_for
 
             entry["trtllm_estimation_max_tokens"] = trtllm_estimation_max_tokens_for(

@@ -41,28 +41,18 @@ def entry(manager, args) -> dict | None:
     if args.host_cache_size is None:
         return None
     host_bytes = int(args.host_cache_size * GiB)
-    if not versions.get(manager.kvcm_version).host_tier_modelled or not manager._host_tier:
+    version = versions.of(type(manager))
+    tier = version.host_tier_class
+    if tier is None:
         # a manager that refuses host_cache_size says why (DeepSeek-V4: upstream's offload is another thing)
-        return {"host_cache_size": host_bytes, "modelled": False, "why": manager._host_tier_refusal}
+        return {"host_cache_size": host_bytes, "modelled": False, "why": version.no_host_tier}
     tpb = manager.tokens_per_block
     block_bytes = sum(g.bytes_per_block for g in manager.layer_groups)
     gpu = min(g.num_blocks for g in manager.layer_groups)
-    cfg = manager.kv_cache_config
-    if versions.get(manager.kvcm_version).host_tier_kind == "host level":   # split as the GPU level's bytes
-        from .reuse.host_level import host_level_blocks
-
-        per_group = host_level_blocks(host_bytes, manager.pools)
-        host = min(per_group)
-        out = {"host_cache_size": host_bytes, "modelled": True, "bytes_per_block": block_bytes,
-               "gpu_blocks": gpu, "gpu_tokens": gpu * tpb, "host_blocks": host, "host_tokens": host * tpb,
-               "host_blocks_per_group": per_group}
-    else:
-        from .reuse.host_tier import host_blocks
-
-        host = host_blocks(host_bytes, block_bytes)
-        out = {"host_cache_size": host_bytes, "modelled": True, "bytes_per_block": block_bytes,
-               "gpu_blocks": gpu, "gpu_tokens": gpu * tpb, "host_blocks": host, "host_tokens": host * tpb,
-               "onboard_blocks": cfg.onboard_blocks, "secondary_offload_min_priority": cfg.offload_min_priority}
+    figures = tier.plan(manager, host_bytes)        # the tier's own: V1's secondary pool, V2's host level
+    host = figures.pop("host_blocks")
+    out = {"host_cache_size": host_bytes, "modelled": True, "bytes_per_block": block_bytes,
+           "gpu_blocks": gpu, "gpu_tokens": gpu * tpb, "host_blocks": host, "host_tokens": host * tpb, **figures}
     if args.prefix_tokens is not None:
         out["prefix_set"] = prefix_cost(args.prefix_tokens, tpb, gpu, host, block_bytes)
     return out

@@ -15,7 +15,7 @@ Only the standard library at module level, like :mod:`kvcm.plan`: a bad ``--tp``
 
 from __future__ import annotations
 
-from .policy import of as policy_of
+from .policy import Decisions, of as policy_of, rule
 from .units import human_bytes as size
 
 _OPTION = {"tp_size": "--tp", "pp_size": "--pp", "enable_attention_dp": "--attention-dp"}
@@ -205,3 +205,14 @@ def stage_lines(m: dict, result: dict) -> list[str]:
                      f"{heads}{per_token}: {size(s['pool_bytes'])} = "
                      f"{s['max_tokens']:,} tokens, {s['max_concurrency']:,} requests of S={result['max_seq_len']:,}")
     return lines
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class PlanParallelDecisions(Decisions):
+    SUBSYSTEM = "parallel deployments"
+
+    @rule("the tokens each rank's V1 pool is sized for, given what each rank's own budget holds: the fewest, on "
+          "every rank (TensorRT-LLM calculate_max_num_blocks allreduces max_tokens with MIN; PR #4007 made "
+          "AutoDeploy's ranks agree on one KV cache size after ranks had sized theirs apart)")
+    def rank_tokens(own_tokens: list) -> list:
+        return [min(own_tokens)] * len(own_tokens)

@@ -21,7 +21,7 @@ The rule, per request, in pages of ``page_size`` tokens, all groups drawing from
 from __future__ import annotations
 
 from .errors import ConfigError
-from .policy import resolve
+from .policy import Decisions, resolve, rule
 from .units import ceil_div
 
 
@@ -65,3 +65,14 @@ def least_pool(page_size: int, max_model_len: int, *, windows=(None,), reserved_
                max_num_batched_tokens: int | None = None) -> int:
     """The smallest ``num_pages`` that ``accepts`` (reserved pages included)."""
     return needed_pages(page_size, max_model_len, windows, max_num_batched_tokens) + reserved_pages
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class StartupDecisions(Decisions):
+    SUBSYSTEM = "start-up check"
+
+    @rule("the pages of a pool that a request can be given: all of them less those the engine holds back from "
+          "every request (vLLM PR #47272: the start-up check counted the null block as usable, so a pool of exactly "
+          "cdiv(max_model_len, block_size) blocks passed and a max_model_len request never scheduled)")
+    def startup_usable_pages(num_pages: int, reserved_pages: int) -> int:
+        return num_pages - reserved_pages

@@ -18,11 +18,12 @@ request, each in grain-rounded bytes; an explicit ``pool_ratio`` is used as give
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .config import BatchDesc
 from .constraints import DEFAULT_SPLIT_REQUEST, batch_block_need
-from .policy import resolve
+from .policy import Decisions, resolve, rule
 from .units import ceil_div, human_bytes
 
 
@@ -180,3 +181,20 @@ def plan_storage(model, groups, tpb: int, budget_bytes: int, *, constraints=(), 
     plans = tuple(PoolGroupPlan(tuple(lcs), s, m, n) for lcs, s, m, n in zip(members, sizes, min_slots, slots))
     return StoragePlan(budget_bytes, granularity, min_quota, quota, plans)
 
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class StorageQuotaDecisions(Decisions):
+    SUBSYSTEM = "TensorRT-LLM's V2 storage"
+
+    @rule("the grain every GPU pool is a whole number of: 2 MiB, doubled for every doubling of the quota past "
+          "1 GiB, at most 32 MiB (from 16 GiB on; TensorRT-LLM _storage_manager.py cache_tier_granularity); sizing "
+          "in exact bytes gives other slot counts than the pools upstream builds")
+    def pool_granularity(quota_bytes: int) -> int:
+        page = 2 << 20
+        return page << min(4, max(0, int(math.log(quota_bytes / (page * 512), 2))))
+
+    @rule("the quota the storage manager builds: the budget in whole grains, enlarged to the constraint floors "
+          "when they need more (TensorRT-LLM _compute_slot_count_for_level: max(min quota, rounded quota)); the "
+          "enlargement past the budget is the seed's out-of-memory, and a plan that leaves it out hides it")
+    def storage_quota(rounded_budget: int, min_quota: int) -> int:
+        return max(min_quota, rounded_budget)

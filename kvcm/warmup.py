@@ -14,10 +14,11 @@ deviations).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .policy import of as policy_of, resolve
+from .policy import Decisions, of as policy_of, resolve, rule
 from .units import ceil_div
 
 
@@ -161,3 +162,30 @@ def plan_warmup(manager, *, batch_sizes=None, draft_lens=None, two_model: bool =
                 if manager.has_request(rid):
                     manager.free_resources(rid)
     return report
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class WarmupDecisions(Decisions):
+    SUBSYSTEM = "CUDA-graph warmup"
+
+    @rule("the draft slots warmup's dummies reserve: the shape's draft length unless the caller says otherwise "
+          "(vLLM PR #50531 / #51438: warmup without the spec-decode lookahead)")
+    def warmup_draft_reserve(draft_len: int, kv_reserve_draft_tokens: int | None) -> int:
+        return draft_len if kv_reserve_draft_tokens is None else kv_reserve_draft_tokens
+
+    @rule("the most tokens the long warmup dummy may hold before the free blocks are counted: max_seq_len - 1 - E - "
+          "K, and never past the model's positions less the K reserved draft slots (TensorRT-LLM model_engine.py "
+          "_create_cuda_graph_warmup_request: min(token_num, max_position_embeddings - max_draft_loop_tokens)); "
+          "without it a max_seq_len beyond the model's positions warmed up positions no request can reach")
+    def long_dummy_cap(max_seq_len: int, extra_kv_tokens: int, reserve: int,
+                       max_position_embeddings: int | None) -> int:
+        cap = max_seq_len - 1 - extra_kv_tokens - reserve
+        if max_position_embeddings is not None:
+            cap = min(cap, max_position_embeddings - reserve)
+        return cap
+
+    @rule("the powers of two TensorRT-LLM adds to its default CUDA-graph batch sizes: 256, 512, ... below the "
+          "maximum (llm_args.py _generate_cuda_graph_batch_sizes, range(8, ceil(log2(max)))); the floor that range "
+          "once used dropped the last power below a maximum that is not one (512 for a maximum of 600)")
+    def cuda_graph_powers_of_two(max_batch_size: int) -> list[int]:
+        return [2**i for i in range(8, math.ceil(math.log(max_batch_size, 2)))]

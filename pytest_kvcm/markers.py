@@ -14,8 +14,10 @@ Markers (all registered, so ``--strict-markers`` is clean):
   newcomer's first ``pytest`` finishes in minutes; ``--kvcm-slow`` (ini ``kvcm_slow = true``) runs them, and
   so does any ``-m`` expression that names ``slow`` (``-m slow`` runs only them). A lane entry is not an
   opt-in: CI runs the slow tests as their own invocation.
-* ``exhaustive`` — the bounded exhaustive explorer of the managers (``suites/managers/exhaustive``), in the default
-  run; its deep configurations are also marked ``slow``.
+* ``exhaustive`` — the bounded exhaustive explorer of the managers (``suites/managers/exhaustive``): in both stages,
+  at its quick budget pre-merge and its full one post-merge (``exhaustive_scale``); its deep configurations are
+  also marked ``slow``.
+* ``post_merge`` — deep work that belongs to the post-merge stage (``lanes/merge_stage.py``).
 * ``kvcm_versions(*versions)`` — registered here; the versions sub-plugin implements it.
 
 The machine facts come from :mod:`pytest_kvcm.machine` (``--kvcm-machine`` simulates another machine).
@@ -23,11 +25,13 @@ The machine facts come from :mod:`pytest_kvcm.machine` (``--kvcm-machine`` simul
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
 
 from pytest_kvcm.machine import ENV_MACHINE, MachineInfo, machine_for
+from pytest_kvcm.options import EXHAUSTIVE_QUICK_SCALE
 
 MARKERS = [
     "gpu(count=1, min_memory_gb=None, min_sm=None): needs `count` visible GPUs with at least `min_memory_gb` "
@@ -47,9 +51,18 @@ _GPU_ARGS = ("count", "min_memory_gb", "min_sm")
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
-    scale = config.getoption("kvcm_exhaustive_scale", 1.0)
-    if not scale > 0:
-        raise pytest.UsageError(f"--kvcm-exhaustive-scale={scale}: must be a number > 0 (1 is the default run)")
+    scale = config.getoption("kvcm_exhaustive_scale", None)
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise pytest.UsageError(f"--kvcm-exhaustive-scale={scale}: must be a finite number > 0 (1 is the post-merge "
+                                f"budget, {EXHAUSTIVE_QUICK_SCALE} the pre-merge one)")
+
+
+def exhaustive_scale(config: pytest.Config) -> float:
+    """The explorer's budget factor: the option, else the stage's (the quick form pre-merge, 1 post-merge)."""
+    scale = config.getoption("kvcm_exhaustive_scale", None)
+    if scale is not None:
+        return scale
+    return 1.0 if (config.getoption("kvcm_stage", None) or "pre_merge") == "post_merge" else EXHAUSTIVE_QUICK_SCALE
 
 
 def gpu_requirement(mark: pytest.Mark, where: str) -> tuple[int, float | None, int | None]:
@@ -107,6 +120,8 @@ def run_slow(config: pytest.Config) -> bool:
     opt = config.getoption("kvcm_slow")
     if opt is not None:
         return opt
+    if (config.getoption("kvcm_stage", None) or "pre_merge") == "post_merge":   # where slow tests run
+        return True
     if "slow" in (config.getoption("markexpr", "") or ""):
         return True
     return bool(config.getini("kvcm_slow"))
@@ -134,7 +149,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    lines = [] if run_slow(config) else ["kvcm: tests marked slow are skipped; --kvcm-slow runs them"]
+    stage = config.getoption("kvcm_stage", None) or "pre_merge"
+    staged = stage in ("pre_merge", "post_merge")      # lanes/merge_stage.py says what those stages deselect
+    lines = [] if run_slow(config) or staged else ["kvcm: tests marked slow are skipped; --kvcm-slow runs them"]
     if config.getoption("kvcm_machine") or os.environ.get(ENV_MACHINE):
         m = machine_for(config)
         lines.append(f"kvcm machine (simulated by {m.source}): {m.describe()}, {m.cpu_count} CPU(s)")

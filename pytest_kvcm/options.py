@@ -23,6 +23,9 @@ TARGETS_DEFAULT = _targets.DEFAULT
 RESULTS_PATH = ".kvcm/results.sqlite"
 ENV_MACHINE = "KVCM_MACHINE_JSON"
 ACCURACY_MODES = ("gate", "measure", "smoke")
+# the explorer's budgets in the pre-merge stage: its quick form, which catches every defect the full budget
+# (post-merge, 1) catches (docs/plugin.md, Lanes; measured per defect)
+EXHAUSTIVE_QUICK_SCALE = 0.1
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,7 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         '\'{"gpu_count": 8, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_gb": 85, "sm": 90}\'',
     )
     group.addoption("--kvcm-stage", dest="kvcm_stage", default=None, metavar="STAGE",
-                    help="the 'stage' lane conditions test (default pre_merge)")
+                    help="pre_merge (default: the five-minute run; tests marked post_merge are deselected), post_merge "
+                    "(only the tests marked post_merge or slow), or another term a lane file's conditions test")
     group.addoption("--kvcm-gpu-only", dest="kvcm_gpu_only", action="store_true", default=False,
                     help="skip tests marked cpu_only")
     group.addoption(
@@ -54,9 +58,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("kvcm_slow", type="bool", default=False, help="run tests marked slow (see --kvcm-slow)")
     group.addoption(
-        "--kvcm-exhaustive-scale", dest="kvcm_exhaustive_scale", type=float, default=1.0, metavar="FACTOR",
-        help="multiply the state budget of every exhaustive-explorer configuration by FACTOR (> 0; default 1: "
-        "the default run's budgets; --kvcm-exhaustive-deep adds the deep configurations)",
+        "--kvcm-exhaustive-scale", dest="kvcm_exhaustive_scale", type=float, default=None, metavar="FACTOR",
+        help="multiply the state budget of every exhaustive-explorer configuration by FACTOR (> 0; default "
+        f"{EXHAUSTIVE_QUICK_SCALE} in the pre-merge stage, its quick form, and 1 in the post-merge stage; "
+        "--kvcm-exhaustive-deep adds the deep configurations)",
     )
     group.addoption(
         "--kvcm-exhaustive-deep", dest="kvcm_exhaustive_deep", action="store_true", default=False,
@@ -64,17 +69,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "once: tens of minutes on a CPU, so neither --kvcm-slow nor -m slow runs them without this)",
     )
 
-    # lanes: lanes/stages.py, lanes/selection.py; then sharding.py
-    group.addoption("--kvcm-stage-split", dest="kvcm_stage_split", default=None, metavar="K/N",
-                    help="run stage K of N of the lane (1 <= K <= N), stages balanced by recorded durations")
-    group.addoption("--kvcm-durations", dest="kvcm_durations", default=None, metavar="PATH",
-                    help="durations file for --kvcm-stage-split / --kvcm-record-durations "
-                    "(default ci/durations/<lane>.json under rootdir)")
-    group.addoption("--kvcm-record-durations", dest="kvcm_record_durations", action="store_true", default=False,
-                    help="merge this run's test durations into the durations file at the end")
-    group.addoption("--kvcm-durations-out", dest="kvcm_durations_out", default=None, metavar="PATH",
-                    help="with --kvcm-record-durations: merge them into PATH instead, leaving the durations file "
-                    "(and so every stage's cut) as it is")
+    # lanes: lanes/selection.py, lanes/merge_stage.py (--kvcm-stage above); then sharding.py. A lane is cut into
+    # stages of one machine each by pytest-split (--splits N --group K --durations-path ci/durations/<lane>-<stage>.json)
     group.addoption("--kvcm-lane", dest="kvcm_lane", default=None, metavar="NAME",
                     help="run the tests of lane NAME (ci/NAME.yml, or a .yml path; 'auto' picks one for this machine)")
     group.addoption("--kvcm-lane-dir", dest="kvcm_lane_dir", default=None, metavar="DIR",

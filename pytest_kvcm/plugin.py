@@ -15,8 +15,8 @@ pytest_plugins = [
     "pytest_kvcm.versions",  # --kvcm-version, the kvcm_version / kvcm_manager_factory fixtures
     "pytest_kvcm.machine",  # --kvcm-machine, --kvcm-stage: the facts markers and lane conditions test
     "pytest_kvcm.markers",  # cpu_only, gpu(...), accuracy, slow; GPU requirement skips
+    "pytest_kvcm.lanes.merge_stage",  # --kvcm-stage pre_merge (default) / post_merge: the post_merge marker
     "pytest_kvcm.lanes.isolation",  # ISOLATION: a lane entry in a subprocess of its own
-    "pytest_kvcm.lanes.stages",  # --kvcm-stage-split=K/N: a lane cut into N stages balanced by durations
     "pytest_kvcm.lanes.selection",  # --kvcm-lane, ci/<lane>.yml, waives
     "pytest_kvcm.sharding",  # CUDA_VISIBLE_DEVICES per xdist worker
     "pytest_kvcm.defects.plugin",  # --kvcm-inject, --kvcm-list-defects: the defect catalogue

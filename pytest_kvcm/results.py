@@ -117,7 +117,10 @@ class ResultsStore:
             raise TypeError(f"record got unknown column(s) {sorted(unknown)}; columns are {COLUMNS}")
         when = columns.pop("time", None)
         when = time.time() if when is None else check_time(when, f"record({metric!r}): time")
-        for col in ("run_id", "git_commit", "lane", "machine"):
+        if "run_id" in columns and not (isinstance(columns["run_id"], str) and columns["run_id"]):
+            raise ValueError(f"record({metric!r}): run_id={columns['run_id']!r} must be a non-empty string; leave it "
+                             f"out for this store's run id {self.run_id!r}")
+        for col in ("git_commit", "lane", "machine"):
             if columns.get(col) is not None and not isinstance(columns[col], str):
                 raise ValueError(f"record({metric!r}): {col}={columns[col]!r} must be a string or None")
         for col, val in (("test_id", test_id), ("model", model), ("kvcm_version", kvcm_version)):

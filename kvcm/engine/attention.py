@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..attention_types import AttentionType, SlidingWindow
+from ..attention_types import AttentionType
 from . import query_scale, triton_attention
 
 NAME = "kvcm_paged"
@@ -97,10 +97,11 @@ def _layer_attention(module, kwargs, group: AttentionType, layer: int, g: int) -
     w = _layer_window(module, kwargs)
     if not w or w == group.window:
         return group
-    if group.releases_pages and not (isinstance(group, SlidingWindow) and w <= group.window):
+    narrowed = group.with_window(w)
+    if narrowed is None:
         raise ValueError(f"layer {layer}: the model attends to window {w} but the cache releases pages as "
                          f"{group.label()} (layer group {g}); the model spec and the model disagree")
-    return SlidingWindow(w)
+    return narrowed
 
 
 def _gqa_sdpa(q, k, v, bias, scale):

@@ -19,7 +19,7 @@ Both fill in exactly ``D`` tokens for every sequence, so a batch keeps one verif
 from __future__ import annotations
 
 from .. import validation
-from ..policy import resolve
+from ..policy import Decisions, resolve, setting
 from . import reuse as _reuse
 from . import sampler
 from .ngram import NgramDrafter, NgramPool  # noqa: F401  (drafters, one import)
@@ -172,3 +172,17 @@ class ModelDrafter:
         for (_, it), p in zip(dec, proposals):
             it.token_ids[1:] = p[:it.num_logits - 1]
 
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class DrafterDecisions(Decisions):
+    SUBSYSTEM = "engine: drafter"
+
+    draft_feeds_every_missing_token = setting(
+        True, "whether the draft model's first forward of a step starts at its own history, so it is fed every "
+        "committed token it lacks; else at the last token only (vllm-metal PR #716)")
+
+    draft_refill_to_context_end = setting(
+        True, "whether the refill of a draft request made after steps without speculation runs to the end of its "
+        "context, every token the target committed while the drafter was idle; else it stops at the prompt "
+        "(TensorRT-LLM test_min_runtime_draft_len.py: with a draft length of 0 the drafter's KV was not refreshed "
+        "while the target committed tokens, and later drafts attended to positions allocated but never written)")

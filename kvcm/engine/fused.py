@@ -21,6 +21,13 @@ import torch
 
 from .triton_attention import _next_pow2, available, tl, triton
 
+#: Launch options of every kernel here (and ``fused_layers.py``'s): no fused multiply-adds. Triton contracts a
+#: product and a sum into one FMA by default on the GPU (not in its interpreter), rounding once where torch rounds
+#: twice: an H100 gave rotary results one bf16 step off Hugging Face's (0.45508 for 0.45703) and fp32 ones off in
+#: the last bits. Compiled for sm_90 with contraction on, the rotary kernels hold FMAs (16 at SmolLM2's heads) and
+#: the norms one each; off, none (``suites/engine/test_kernel_rounding.py`` compiles each kernel as launched).
+EXACT = {"enable_fp_fusion": False}
+
 RMSNORM_CLASSES = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"}
 MLP_CLASSES = {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"}
 ATTENTION_CLASSES = {"LlamaAttention", "MistralAttention", "Qwen2Attention", "Qwen3Attention"}
@@ -92,7 +99,8 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=torch.promote_types(weight.dtype, x.dtype), device=x.device)
     rows = x.numel() // n
     if rows:
-        _rmsnorm_kernel[(rows,)](x, weight, out, n, float(eps), N=_next_pow2(n), num_warps=4 if n <= 2048 else 8)
+        _rmsnorm_kernel[(rows,)](x, weight, out, n, float(eps), N=_next_pow2(n), num_warps=4 if n <= 2048 else 8,
+                                 **EXACT)
     return out
 
 
@@ -107,7 +115,7 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
         _rotary_kernel[(b * t,)](q, k, cos, sin, qo, ko, t, q.stride(0), q.stride(1), q.stride(2),
                                  k.stride(0), k.stride(1), k.stride(2), cos.stride(0), cos.stride(1),
                                  HQ=hq, HK=hk, H_PAD=_next_pow2(max(hq, hk)), HALF=dim // 2,
-                                 HALF_PAD=_next_pow2(dim // 2))
+                                 HALF_PAD=_next_pow2(dim // 2), **EXACT)
     return qo.transpose(1, 2), ko.transpose(1, 2)
 
 
@@ -118,7 +126,8 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     g2, u2 = gate.reshape(-1, n), up.reshape(-1, n)
     out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     if gate.numel():
-        _silu_mul_kernel[(g2.shape[0], triton.cdiv(n, 1024))](g2, u2, out, n, g2.stride(0), u2.stride(0), BLOCK=1024)
+        _silu_mul_kernel[(g2.shape[0], triton.cdiv(n, 1024))](g2, u2, out, n, g2.stride(0), u2.stride(0), BLOCK=1024,
+                                                              **EXACT)
     return out
 
 

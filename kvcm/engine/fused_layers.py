@@ -108,7 +108,7 @@ def add_rmsnorm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: flo
     out = torch.empty(x.shape, dtype=torch.promote_types(weight.dtype, x.dtype), device=x.device)
     if x.numel():
         _add_rmsnorm_kernel[(x.numel() // n,)](x, y, weight, out, n, float(eps), N=_next_pow2(n),
-                                               num_warps=4 if n <= 2048 else 8)
+                                               num_warps=4 if n <= 2048 else 8, **fused.EXACT)
     return out
 
 
@@ -122,7 +122,8 @@ def rope_store(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torc
     if t:
         _rope_store_kernel[(t,)](qkv, cos, sin, q, kv, slot_block, slot_offset, qkv.stride(0), cos.stride(0),
                                  kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), HQ=heads, HK=kv_heads,
-                                 H_PAD=_next_pow2(max(heads, kv_heads)), HALF=d // 2, HALF_PAD=_next_pow2(d // 2))
+                                 H_PAD=_next_pow2(max(heads, kv_heads)), HALF=d // 2, HALF_PAD=_next_pow2(d // 2),
+                                 **fused.EXACT)
     return q
 
 

@@ -325,7 +325,8 @@ class LLM:
         lists, strings (with a tokenizer), vLLM prompt dicts, an integer tensor, or one prompt of any of these
         (``checks.prompts``); ``params``: a ``SamplingParams`` or a dict of its fields. Checked before any work.
         ``on_finish(i)`` is called as prompt ``i``'s request finishes, in finishing order (a progress bar per
-        request rather than per call)."""
+        request rather than per call); one that raises ends the call with ``UserCallbackError`` naming it. A call
+        that raises, for any reason, first frees every request it made."""
         params = checks.sampling_params(params, SamplingParams)
         prompts = checks.prompts(prompts, self.tokenizer, self.model.config.vocab_size, self.max_seq_len)
         if self._stop_strings.tokenizer is not self.tokenizer:      # a tokenizer set after construction
@@ -344,7 +345,11 @@ class LLM:
             seqs.append(seq)
         _page_usage.reset(self.manager)
         started = time.perf_counter()
-        self.pipeline.run(scheduler)
+        try:
+            self.pipeline.run(scheduler)
+        except BaseException:
+            scheduler.abort()            # nothing this call made stays held (a user's on_finish, a forward...)
+            raise
         self.num_preemptions = scheduler.num_preemptions
         return [self._output(s, started) for s in seqs]
 

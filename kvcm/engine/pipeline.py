@@ -62,12 +62,14 @@ class Launch:
     launch began, before its schedule, so one launch's ``host`` to the next one's is a step's host period. On CUDA,
     events queued right before a graph's replay (after its buffers were copied; None for an eager step) and right
     after the forward, so ``start`` to ``done`` is the step's GPU time and ``done`` to the next launch's ``done``
-    its period on the GPU's clock (both None off CUDA)."""
+    its period on the GPU's clock (both None off CUDA). ``prefill_tokens``: the tokens of its prefill chunks (0 for
+    a step of decodes), so a benchmark can tell the time prefill takes from the time decoding does."""
     host: float
     start: torch.cuda.Event | None
     done: torch.cuda.Event | None
     rows: int
     static: object       # the ``StaticStep`` that ran it (a decode graph or a token bucket), None when eager
+    prefill_tokens: int = 0
 
 
 @dataclass
@@ -159,7 +161,8 @@ class StepPipeline:
         if self.cuda:
             done = torch.cuda.Event(enable_timing=True)
             done.record()
-        self.timeline.append(Launch(began, start, done, len(items), static))
+        prefill = sum(len(it.token_ids) for it in items if not it.decode)
+        self.timeline.append(Launch(began, start, done, len(items), static, prefill))
 
     @staticmethod
     def _complete(scheduler: Scheduler, step: InFlight) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..policy import resolve
+from ..policy import Decisions, resolve, setting
 from ..protocols import ReuseManager, StepManager
 
 
@@ -85,3 +85,15 @@ def append_generated(mgr: ReuseManager, request_id, tokens: list[int], admitted:
             break
     if new:
         mgr.append_tokens(request_id, new)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class EngineReuseDecisions(Decisions):
+    SUBSYSTEM = "engine: reuse hand-over"
+
+    prefill_after_hit = setting(
+        "cached_length", "where the prefill of a request admitted with a cached prefix starts: at the prepopulated "
+        "prompt length the manager returned ('one_past': a token later, never past the last; 'last_token': at the "
+        "prompt's last token whatever was cached). vLLM #5543 / #7845 and TensorRT-LLM #8813 / #15503: an engine "
+        "whose computed-token count disagreed with the cached blocks skipped or misplaced prompt tokens and greedy "
+        "outputs changed on repeat", choices=("cached_length", "one_past", "last_token"))

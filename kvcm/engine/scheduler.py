@@ -33,8 +33,8 @@ import time
 
 from collections import deque
 
-from ..policy import resolve
-from ..errors import OutOfPagesError
+from ..policy import Decisions, resolve, rule, setting
+from ..errors import OutOfPagesError, UserCallbackError
 from ..limits import Limits
 from ..protocols import StepManager
 from . import reuse as _reuse
@@ -71,6 +71,7 @@ class Scheduler:
         self.stop_strings = stop_strings if stop_strings is not None else StopStrings(tokenizer)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self._added: list[Sequence] = []       # every request of this run, for ``abort``
         self.num_preemptions = 0
         self.reuse = reuse
         self.reuse_stats = _reuse.ReuseStats()
@@ -90,6 +91,17 @@ class Scheduler:
         if seq.params.stop_strings and self.tokenizer is None:
             raise ValueError("stop_strings need a tokenizer: pass tokenizer= to LLM")
         self.waiting.append(seq)
+        self._added.append(seq)
+
+    def abort(self) -> None:
+        """A run that raised part way: free every request of it on both caches (stored as at any release: only
+        blocks below a request's history, which a step moves once its forward is done)."""
+        for seq in self._added:
+            if seq.status is not Status.FINISHED:
+                seq.status = Status.FINISHED
+                self._release(seq)
+        self.running.clear()
+        self.waiting.clear()
 
     @property
     def has_work(self) -> bool:
@@ -372,7 +384,11 @@ class Scheduler:
         seq.status = Status.FINISHED
         self._release(seq)
         if first and self.on_finish is not None:
-            self.on_finish(seq.index)
+            try:
+                self.on_finish(seq.index)
+            except Exception as exc:
+                raise UserCallbackError("on_finish", f"raised {type(exc).__name__}: {exc} (told that prompt "
+                                                     f"{seq.index} finished)") from exc
 
     def _draft_slots(self, seq: Sequence) -> int:
         """Draft slots a verification of ``seq`` reserves: ``D``, fewer near ``max_seq_len``. ``verify`` rewinds
@@ -401,3 +417,23 @@ class Scheduler:
             return False
         seq.stop_string = found
         return True
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class SchedulerDecisions(Decisions):
+    SUBSYSTEM = "engine: scheduler"
+
+    preemption_frees_draft = setting(
+        True, "whether preempting a request frees its pages in the draft model's cache too, where there is one "
+        "(TensorRT-LLM PR #18093: target and draft released together)")
+
+    @rule("whether a request is retired when its step is committed, before its token is read: when the token "
+          "reaches max_new_tokens or max_seq_len (vLLM PR #27922: async scheduling ran one step past max_tokens)")
+    def retire_at_commit(num_outputs: int, max_new_tokens: int, num_tokens: int, max_seq_len: int) -> bool:
+        return num_outputs >= max_new_tokens or num_tokens >= max_seq_len
+
+    @rule("whether a step speculates: under the batch cut-off and the acceptance gate still open, a closed gate "
+          "winning over the cut-off (TensorRT-LLM PR #7283, whose fixes list 'permanent-disable takes precedence "
+          "over dynamic drafting')")
+    def speculate_step(under_cutoff: bool, gate_closed: bool) -> bool:
+        return under_cutoff and not gate_closed

@@ -1,83 +1,77 @@
 """Policies: the small decisions of the managers and the engine that a historic bug lived in, given at construction.
 
 A decision is a named attribute of a ``Policy``: a *rule* (a function of what it is passed, no hidden state) or a
-*setting* (a flag, a count or one of a few choices that the code branches on). The default of each is the correct
-behaviour, and ``DECISIONS`` says what each one decides and where upstream a bug lived in it. A manager, a reuse
-cache, an engine, a warmup or estimation run takes ``policy=`` when it is built and keeps it
-(``self.policy.NAME(...)``); ``policy=None`` means the active policy, ``active()``: ``DEFAULT`` unless a caller
-entered ``applied(p)`` (a ``contextvars.ContextVar``, so a thread or task of its own keeps its own, and a forked
-process inherits its parent's). Nothing patches a module: ``policy.replacing(name=...)`` returns a new policy,
-and a defect of ``pytest_kvcm.defects`` is one such replacement, handed to one manager or applied for one run.
+*setting* (a flag, a count or one of a few choices that the code branches on). Each is declared next to the code
+that makes it, in a ``Decisions`` class of that module (``kvcm.policy._decisions``: ``rule``, ``setting``), so a
+reader of a manager reads its arithmetic where it is used; the default is the correct behaviour, and ``DECISIONS``
+says what each one decides and where upstream a bug lived in it. A manager, a reuse cache, an engine, a warmup or
+estimation run takes ``policy=`` when it is built and keeps it (``self.policy.NAME(...)``); ``policy=None`` means
+the active policy, ``active()``: ``DEFAULT`` unless a caller entered ``applied(p)`` (a ``contextvars.ContextVar``,
+so a thread or task of its own keeps its own, and a forked process inherits its parent's). Nothing patches a
+module: ``policy.replacing(name=...)`` returns a new policy, checking each replacement against what it replaces (a
+rule's arguments, a setting's type and choices) when it is handed in, and a defect of ``pytest_kvcm.defects`` is
+one such replacement, handed to one manager or applied for one run.
 
-The decisions are declared by subsystem, one module each: layer groups (``layers``), pool sizing (``sizing``),
-DeepSeek-V4's bytes (``deepseek_v4``), dummies and warmup (``warmup``), block reuse (``reuse``), the host tier and
-retention (``host_tier``), transfers in flight (``transfers``), the engine (``engine``).
+``OWNERS`` lists the modules that declare decisions: ``DECISIONS`` imports them when first read, so it is complete
+whatever the caller imported (``suites/plugin/test_defect_policies.py`` checks the list against the code).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
+from collections.abc import Mapping
 
 from ..errors import ConfigError
-from ._decisions import Decision
-from .deepseek_v4 import DeepseekV4Decisions
-from .engine import EngineDecisions
-from .host_tier import HostTierDecisions
-from .layers import LayerDecisions
-from .reuse import ReuseDecisions
-from .sizing import SizingDecisions
-from .transfers import TransferDecisions
-from .warmup import WarmupDecisions
+from ._decisions import REGISTRY, Decision, Decisions, Policy, rule, setting
 
-__all__ = ["DECISIONS", "DEFAULT", "Decision", "Policy", "active", "applied", "resolve"]
+__all__ = ["DECISIONS", "DEFAULT", "Decision", "Decisions", "OWNERS", "Policy", "active", "applied", "resolve",
+           "rule", "setting"]
 
-_SUBSYSTEMS = (LayerDecisions, SizingDecisions, DeepseekV4Decisions, WarmupDecisions, ReuseDecisions,
-               HostTierDecisions, TransferDecisions, EngineDecisions)
+OWNERS: tuple[str, ...] = (
+    "kvcm.attention_types", "kvcm.layer_groups", "kvcm.manager", "kvcm.manager_v1", "kvcm.manager_v2",
+    "kvcm.deepseek_v4", "kvcm.storage_quota", "kvcm.estimation", "kvcm.warmup", "kvcm.draft_budget", "kvcm.parallel",
+    "kvcm.plan_parallel", "kvcm.startup", "kvcm.free_queue", "kvcm.reuse.tree", "kvcm.reuse.cache",
+    "kvcm.reuse.version_rules", "kvcm.reuse.retention", "kvcm.reuse.host_tier", "kvcm.reuse.host_level",
+    "kvcm.reuse.api", "kvcm.reuse.transfers",
+    "kvcm.eviction.arc", "kvcm.events.emitter", "kvcm.events.queue", "kvcm.engine.scheduler", "kvcm.engine.drafters",
+    "kvcm.engine.reuse",
+)
+"""The modules with a ``Decisions`` class, a line each."""
 
-DECISIONS: dict[str, Decision] = {}     # name -> Decision, every subsystem's, in declaration order
-for _cls in _SUBSYSTEMS:
-    for _name, _d in _cls.DECLARED.items():
-        if _name in DECISIONS:
-            raise AssertionError(f"decision {_name!r} declared twice")
-        DECISIONS[_name] = _d
+_completed = False
 
 
-class Policy(*_SUBSYSTEMS):
-    """Every decision, its default unless this policy replaces it. Immutable: ``replacing`` makes a new one."""
+def _complete() -> None:
+    """Import every owner once, so every decision is declared."""
+    global _completed
+    if not _completed:
+        _completed = True
+        for module in OWNERS:
+            importlib.import_module(module)
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"a Policy is immutable: use policy.replacing({name}=...)")
 
-    def replacing(self, **changes) -> "Policy":
-        """A policy with the named decisions replaced: a rule by a function of the same arguments, a setting by a
-        value. An unknown name is refused, with the known ones."""
-        for name, value in changes.items():
-            decision = DECISIONS.get(name)
-            if decision is None:
-                raise ConfigError("policy", name, f"is not a decision of kvcm.policy (known: {', '.join(DECISIONS)})")
-            decision.check(value)
-        new = object.__new__(Policy)
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(changes)
-        return new
+Policy._complete = staticmethod(_complete)
 
-    @property
-    def replaced(self) -> dict:
-        """The decisions this policy replaces, name -> replacement."""
-        return dict(self.__dict__)
 
-    def __eq__(self, other):
-        if not isinstance(other, Policy):
-            return NotImplemented
-        return self.__dict__ == other.__dict__
+class _AllDecisions(Mapping):
+    """``REGISTRY``, complete: every owner imported before it is read."""
 
-    def __hash__(self):
-        return hash(tuple(sorted(self.__dict__)))
+    def __getitem__(self, name: str) -> Decision:
+        _complete()
+        return REGISTRY[name]
 
-    def __repr__(self) -> str:
-        return f"Policy({', '.join(self.__dict__) or 'default'})" if self.__dict__ else "Policy(default)"
+    def __iter__(self):
+        _complete()
+        return iter(REGISTRY)
 
+    def __len__(self) -> int:
+        _complete()
+        return len(REGISTRY)
+
+
+DECISIONS: Mapping[str, Decision] = _AllDecisions()   # name -> Decision, every owner's
 
 DEFAULT = Policy()
 _ACTIVE: contextvars.ContextVar[Policy] = contextvars.ContextVar("kvcm.policy", default=DEFAULT)

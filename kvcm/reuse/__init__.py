@@ -1,5 +1,6 @@
-"""Block reuse (prefix caching) for kvcm's managers: the radix tree of exact keys, the eviction order, the
-per-version matching and storing policies, the retention priorities and the stats (docs/semantics.md 11)."""
+"""Block reuse (prefix caching) for kvcm's managers: the radix tree of exact keys, the per-version matching and
+storing rules, the retention priorities and the stats (docs/semantics.md 11); the eviction orders are
+``kvcm.eviction``'s."""
 
 from .retention import (DEFAULT_RETENTION_PRIORITY, MAX_RETENTION_PRIORITY, MIN_RETENTION_PRIORITY,
                         KvCacheRetentionConfig, TokenRangeRetentionConfig)

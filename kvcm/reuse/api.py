@@ -2,7 +2,8 @@
 
 A request reuses only when it is made with ``add_sequence`` and its token ids: every other request (made by a
 context chunk, ``add_request`` or a warmup dummy) is never matched or stored, so an engine that never passes
-token ids sees the managers exactly as they were. The version's choices come from ``_reuse_rules``.
+token ids sees the managers exactly as they were. The version's choices come from its reuse rules
+(``_reuse_rules``, built from the version's entry in ``kvcm.versions``).
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import operator
 
 from .. import validation
+from ..policy import Decisions, rule, setting
 from ..errors import ConfigError, OutOfPagesError
+from ..retention_clock import RetentionClock
 from ..units import ceil_div
 from . import host_switches
-from .cache import ReuseCache
+from .cache import ReuseCache  # noqa: F401  (the type the managers' _reuse is)
 from .version_rules import find_match, store
 from .retention import DEFAULT_RETENTION_PRIORITY, KvCacheRetentionConfig
 from .state import ReuseState
@@ -58,17 +61,19 @@ def _scope(lora_task_id, cache_salt, policy) -> tuple:
 
 
 class ReuseMixin(TransferMixin):
-    _reuse_rules = None          # set by each version
-    _cache_class = ReuseCache     # V1: QueuedReuseCache, over its queued pools
-
-    _host_tier = False            # V1: TensorRT-LLM's secondary pool (host_tier.py); V2: its host level (host_level.py)
-    _host_tier_refusal = "this manager has no host tier in kvcm (docs/semantics.md 11.7)"
-
     def _init_reuse(self) -> None:
-        cfg = self.kv_cache_config
-        if cfg.host_cache_size and not self._host_tier:
+        """The version's reuse rules and, with block reuse on, its reuse cache (``kvcm.versions``: the entry's
+        factories); ``host_cache_size`` puts the version's host tier behind the GPU pools, or is refused."""
+        cfg, version = self.kv_cache_config, self._version
+        host_tier = version.host_tier_class
+        if cfg.host_cache_size and host_tier is None:
             raise ConfigError("host_cache_size", cfg.host_cache_size, f"must be None or 0 for "
-                              f"{type(self).__name__}: {self._host_tier_refusal}")
+                              f"{type(self).__name__}: {version.no_host_tier}")
+        if cfg.host_cache_size and cfg.host_eviction_policy not in host_tier.host_eviction_policies:
+            raise ConfigError("host_eviction_policy", cfg.host_eviction_policy, f"must be one of "
+                              f"{host_tier.host_eviction_policies} for {type(self).__name__}: its host tier keeps "
+                              "its own order")
+        self._reuse_rules = version.reuse_rules()
         host_switches.check_config(cfg)
         self._reuse: ReuseCache | None = None
         if cfg.enable_block_reuse:
@@ -80,9 +85,17 @@ class ReuseMixin(TransferMixin):
                                               for g in self.layer_groups for i in g.layers}))
 
     def _make_reuse_cache(self):
-        """The version's reuse cache over its pools (V1 adds its host tier here when it has one)."""
-        return self._cache_class(self.pools, self.layer_groups, self._reuse_rules.leaf_only(self.layer_groups),
-                                 policy=self.policy)
+        """The version's reuse cache over its pools, with its host tier when ``host_cache_size`` gives it pages."""
+        version, cfg = self._version, self.kv_cache_config
+        leaf_only = self._reuse_rules.leaf_only(self.layer_groups)
+        host_tier = version.host_tier_class
+        if host_tier is not None and cfg.host_cache_size:
+            cache = host_tier.sized(self.pools, self.layer_groups, leaf_only, cfg, order=version.eviction_order,
+                                    policy=self.policy)
+            if cache is not None:
+                return cache
+        return version.reuse_cache_class(self.pools, self.layer_groups, leaf_only, order=version.eviction_order,
+                                         policy=self.policy)
 
     @property
     def enable_block_reuse(self) -> bool:
@@ -137,7 +150,7 @@ class ReuseMixin(TransferMixin):
         if match is not None:
             for group in self.layer_groups:
                 if not group.is_full:
-                    seq.stale_done[group.index] = min(group.stale_range(length, tpb)[1], len(blocks[group.index]))
+                    seq.stale_done[group.index] = min(group.stale_range(length)[1], len(blocks[group.index]))
         context = ceil_div(len(tokens), tpb)
         matched = 0 if match is None else len(match.nodes) + (match.partial is not None)
         # reused: the blocks the reported group takes (V2 leaves a sliding group's blocks before the window alone;
@@ -214,6 +227,8 @@ class ReuseMixin(TransferMixin):
                 else:
                     table[i] = -2                # a fresh page, below
             tables.append(table)
+        cache.events.claimed(cache, match.nodes + ([match.partial] if match.partial is not None else []),
+                             state.context_retention)
         rules.retain_claimed(match.nodes, state, tpb, self.policy)
         source = match.partial
         if source is not None and match.in_place:      # the block keeps its priority unless a range sets one
@@ -221,8 +236,9 @@ class ReuseMixin(TransferMixin):
             p, d = state.context_retention[i] if i < len(state.context_retention) else (None, None)
             state.kept_retention[i] = (source.priority if p is None else p, d)
         for g, table in enumerate(tables):
-            if source is not None and match.in_place:
-                table.append(cache.unset_page(source, g, free=False))   # the leaf leaves the tree, now private
+            if source is not None and match.in_place:      # the leaf leaves the tree, now private
+                with cache.events.silenced(not self.policy.in_place_take_announced):
+                    table.append(cache.unset_page(source, g, free=False))
             elif source is not None:
                 cache.claim(source, g)       # held while the copy's page is found: never its own victim
         loads = []
@@ -245,7 +261,7 @@ class ReuseMixin(TransferMixin):
 
     def _skipped(self, group, length: int, n: int) -> range:
         """The indices below ``n`` of a ``length``-token match that ``group`` leaves alone (the version rules' ``skipped``)."""
-        r = self._reuse_rules.skipped(group, length, self.tokens_per_block)
+        r = self._reuse_rules.skipped(group, length)
         return range(min(r.start, n), min(r.stop, n))
 
     def _copy_rows(self, g: int, src: int, dst: int, n: int) -> None:
@@ -282,6 +298,7 @@ class ReuseMixin(TransferMixin):
         rules = self._reuse_rules
         store(self._reuse, seq.reuse, seq.blocks, upto, rules.store_groups(self.layer_groups, when),
               partial=partial, rebase=rules.rebase, tpb=self.tokens_per_block)
+        self._reuse.events.end_store()       # V1: one stored event a store call and group
 
     def _free_reuse(self, seq) -> None:
         """Give back a request made with token ids: tree pages lose a reference, private pages go free."""
@@ -296,7 +313,7 @@ class ReuseMixin(TransferMixin):
     def _reported_group(self) -> int:
         """The group ``get_num_free_blocks`` reports: the most constrained full one (any when none is full)."""
         groups = [g.index for g in self.layer_groups if g.is_full] or [g.index for g in self.layer_groups]
-        return min(groups, key=lambda g: self.policy.free_blocks(self.pools[g].num_free, self.pools[g].num_reusable))
+        return min(groups, key=lambda g: self.pools[g].num_free + self.pools[g].num_reusable)
 
     def get_block_counts(self, group: int | None = None) -> BlockCounts:
         """``free`` (never used or evicted), ``reusable`` (cached, unreferenced) and ``in_use`` (held by a
@@ -330,7 +347,7 @@ class ReuseMixin(TransferMixin):
     def get_kv_cache_stats(self) -> KvCacheStats:
         g = self._reported_group()
         pool, t = self.pools[g], self._reuse_totals
-        free = self.policy.free_blocks(pool.num_free, pool.num_reusable)
+        free = pool.num_free + pool.num_reusable     # cached blocks nobody holds count as free (allocating evicts)
         host = getattr(self._reuse, "host", None)
         tier = {}
         if host:
@@ -356,8 +373,8 @@ class ReuseMixin(TransferMixin):
         host = getattr(self._reuse, "host", None)
         if not host:
             return BlockCounts(0, 0, 0, 0)
-        free, reusable, total = self._reuse.host_counts(g)
-        return BlockCounts(free, reusable, total - free - reusable, total)
+        h = host[g]
+        return BlockCounts(h.num_free, h.num_reusable, h.num_blocks - h.num_free - h.num_reusable, h.num_blocks)
 
     def get_level_statistics(self, level: int = 0, group: int | None = None) -> LevelStatistics:
         """One cache level's pages of one group as TensorRT-LLM V2's ``StorageManager.get_statistics(level)``
@@ -392,14 +409,19 @@ class ReuseMixin(TransferMixin):
             if refresh is not None:
                 refresh()
 
+    @property
+    def retention_clock(self):
+        """The ``RetentionClock`` this manager's pools share (V1), or None (V2 keeps no durations)."""
+        clock = getattr(self.pools[0], "clock", None)
+        return clock if isinstance(clock, RetentionClock) else None
+
     def set_clock(self, clock_ms) -> None:
         """The clock retention durations run on: a callable returning milliseconds (monotonic). Tests inject
-        one, as TensorRT-LLM's tests mock ``LRUEvictionPolicy::getTime``."""
-        if not callable(clock_ms):
-            raise ConfigError("clock_ms", clock_ms, "must be a callable returning milliseconds")
-        for pool in self.pools:
-            if hasattr(pool, "clock"):
-                pool.clock = clock_ms
+        one, as TensorRT-LLM's tests mock ``LRUEvictionPolicy::getTime``. It is called once here and refused unless
+        it reads a finite number at or above the last reading; from then on each call that may start or check a
+        timer reads it once before changing anything (``kvcm/retention_clock.py``). V2 checks it the same way and
+        keeps no durations to run on it."""
+        (self.retention_clock or RetentionClock()).replace(clock_ms)
 
     def get_priority_by_block_id(self, block_id, group: int = 0) -> int:
         """The retention priority of a block (TensorRT-LLM ``getPriorityByBlockId``): a cached block's, or the one
@@ -439,3 +461,20 @@ class ReuseMixin(TransferMixin):
         if all(seq.reuse is not None and not seq.reuse.started for seq in holders):
             return "HELD"
         return "LOCKED"
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class ReuseApiDecisions(Decisions):
+    SUBSYSTEM = "block reuse: admission"
+
+    @rule("the key of the root a request's blocks are filed and found under: its LoRA task id and cache salt, each "
+          "in its own place (vLLM #44701 / PR #44706: LoRA names and cache salts went untagged into one list of extra "
+          "keys, so LoRA 'X' and salt 'X' shared a first block and a base-model request read a LoRA's KV)")
+    def reuse_scope(lora_task_id, cache_salt) -> tuple:
+        return (lora_task_id, cache_salt)
+
+    claim_match_first = setting(
+        True, "whether a hit claims its matched blocks before it takes fresh pages for the rest (TensorRT-LLM "
+        "loadOrAllocateBlocks: claimBlock on each matched block, getFreeBlock after it); allocating first let the "
+        "allocation evict the very blocks the hit was about to claim (TensorRT-LLM #17926: the eviction walk "
+        "detached the committing request's own blocks)")

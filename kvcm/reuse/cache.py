@@ -2,32 +2,39 @@
 
 A page is either private (one request's, never in the tree) or a tree page (found through ``page_node``),
 held by ``refs`` requests. A tree page nobody holds is *reusable*: out of its pool's free list, counted in
-``pool.num_reusable`` and evicted (``evict``) when an allocation needs it. Every page leaves for its pool through
-the manager policy's ``release_block`` (``kvcm.policy``, given at construction). The per-version choices (what a
-match may take, when blocks are stored) are the version's reuse policy's (``kvcm.reuse.version_rules``); this module only
-keeps the books.
+``pool.num_reusable`` and evicted (``evict``) when an allocation needs it, in the order of its group's eviction
+policy (``kvcm.eviction``; the version gives the cache its factory). Every page leaves for its pool through the
+manager policy's ``release_block`` (``kvcm.policy``, given at construction). The per-version choices (what a
+match may take, when blocks are stored) are the version's reuse rules (``kvcm.reuse.version_rules``); this module
+only keeps the books.
 """
 
 from __future__ import annotations
 
 import functools
 
-from ..policy import resolve
-from .eviction import EvictionQueue
+from ..events.emitter import NO_EVENTS
+from ..policy import Decisions, resolve, rule, setting
 from .stats import BlockCounts, ReuseCounters
 from .transfers import Loads
 from .tree import Node, RadixTree, deepest_first
 
 
 class ReuseCache:
-    def __init__(self, pools, groups, leaf_only: list[bool], *, policy=None):
-        """``policy``: the manager's decisions (None: the active policy), for the cache's life."""
+    events = NO_EVENTS        # the manager's event emitter (kvcm.events), set when its events are on
+
+    def __init__(self, pools, groups, leaf_only: list[bool], *, order, policy=None):
+        """``order(group, pool, cached, leaf_only, policy)``: the eviction order of one group's cached pages (an
+        ``kvcm.eviction.EvictionPolicy`` over the tree's nodes; ``cached`` is the group's page -> node map).
+        ``policy``: the manager's decisions (None: the active policy), for the cache's life."""
         self.policy = resolve(policy)
         self.pools = pools
         self.groups = groups
         self.tree = RadixTree(len(pools), self.policy)
-        self.queues = [EvictionQueue(g, leaf, self.policy) for g, leaf in enumerate(leaf_only)]
         self.page_node: list[dict[int, Node]] = [{} for _ in pools]
+        self.leaf_only = list(leaf_only)       # per group: only leaves are evicted (a middle page takes its subtree)
+        self.orders = [order(g, pool, self.page_node[g], leaf, self.policy)
+                       for g, (pool, leaf) in enumerate(zip(pools, leaf_only))]
         self.referenced = [0] * len(pools)     # tree pages some request holds
         self.totals = ReuseCounters()
         self.loads = Loads()                   # copies from the host tier in flight (async_onboard)
@@ -40,6 +47,9 @@ class ReuseCache:
         if node.refs[g] == 0:
             self.referenced[g] += 1
             self.pools[g].num_reusable -= 1
+            order = self.orders[g]
+            if not order.lazy:
+                order.claim(node)
         node.refs[g] += 1
         return node.pages[g]
 
@@ -49,7 +59,7 @@ class ReuseCache:
         if node.refs[g] == 0:
             self.referenced[g] -= 1
             self.pools[g].num_reusable += 1
-            self.queues[g].push(node)
+            self.orders[g].restore(node)
 
     def drop(self, node: Node, g: int) -> None:
         """A request lets go of the node's page in group g; a page nobody holds is refused (a table that lists
@@ -61,10 +71,7 @@ class ReuseCache:
         self.pools[g].num_reusable += self.policy.reusable_gain(left)
         if left == 0:
             self.referenced[g] -= 1
-            queue = self.queues[g]
-            node.stamps[g] = queue.next_stamp()
-            queue.push(node)
-            queue.compact(self.pools[g].num_reusable)
+            self.orders[g].release(node, node.priority)
 
     def is_tree_page(self, g: int, page: int) -> bool:
         node = self.page_node[g].get(page)
@@ -103,11 +110,18 @@ class ReuseCache:
         self.page_node[g][page] = node
         if node.parent is not None:
             node.parent.child_pages[g] += 1
+        self.events.stored(self, node, g)
 
-    def unset_page(self, node: Node, g: int, *, free: bool) -> int:
+    def unset_page(self, node: Node, g: int, *, free: bool, queued: bool = True) -> int:
         """Take the node's page in group g out of the tree; with ``free`` it goes back to the pool (an eviction),
-        otherwise it stays with the request that holds it (a partial block taken over in place)."""
+        otherwise it stays with the request that holds it (a partial block taken over in place). An unheld page
+        leaves its eviction order first, unless ``queued`` is False (the order chose it: it is out already)."""
+        self.events.removed(self, node, g)
         page = node.pages[g]
+        if node.refs[g] == 0 and queued:
+            order = self.orders[g]
+            if not order.lazy:
+                order.remove(node)
         del self.page_node[g][page]
         node.pages[g] = -1
         if node.refs[g] == 0:
@@ -129,7 +143,7 @@ class ReuseCache:
             parent.child_pages[g] -= 1
             if parent.parent is not None and parent.child_pages[g] == 0 and parent.pages[g] >= 0 \
                     and parent.refs[g] == 0:
-                self.queues[g].push(parent)
+                self.orders[g].restore(parent)
 
     def _prune(self, node: Node) -> None:
         """Nodes with no page in any group and no children are unreachable for every group: drop them."""
@@ -139,47 +153,40 @@ class ReuseCache:
             node = parent
 
     def evict(self, g: int, n: int) -> None:
-        """Put at least ``n`` cached pages of group g back into its free list (a pool's allocation asks).
-
-        Leaves go first. When none is left but unheld cached pages are (a V1 request that did not reuse a prefix
-        holds its own copy of a block below it, so the prefix's page is unheld yet never a leaf), the oldest of
-        them goes with its descendants, as TensorRT-LLM's ``getFreeBlock`` frees a block and all its
-        descendants: every page counted reusable can be had, so ``num_available`` never promises too much."""
-        pool, queue = self.pools[g], self.queues[g]
+        """Put at least ``n`` cached pages of group g back into its free list (a pool's allocation asks), in the
+        group's eviction order. A victim with descendants (reached only when no leaf can go: a V1-style request that
+        did not reuse a prefix holds its own copy of a block below it, so the prefix's page is unheld yet never a
+        leaf) goes with them, as TensorRT-LLM's ``getFreeBlock`` frees a block and all its descendants: every page
+        counted reusable can be had, so ``num_available`` never promises too much."""
+        pool, order = self.pools[g], self.orders[g]
         target = pool.num_free + n
         while pool.num_free < target:
-            victim = queue.pop_victim()
-            if victim is None and self.policy.evict_with_descendants:
-                victim = self._oldest_unheld(g)
-                if victim is not None:
-                    self._detach_descendants(victim, g)
+            victim = order.victim()
             if victim is None:
                 raise RuntimeError(f"layer group {g}: no cached block can be evicted")
-            self.unset_page(victim, g, free=True)
-
-    def _oldest_unheld(self, g: int) -> Node | None:
-        """The unheld cached page of group g the eviction order puts first, leaf or not (a scan: only reached
-        when no leaf can go, at the very edge of the pool)."""
-        unheld = [node for node in self.page_node[g].values() if self.policy.may_evict(node.refs[g])]
-        return min(unheld, key=lambda node: (node.priority, node.stamps[g], node.serial), default=None)
+            if self.leaf_only[g] and victim.child_pages[g]:
+                self._detach_descendants(victim, g)
+            self.unset_page(victim, g, free=True, queued=False)
 
     def _detach_descendants(self, node: Node, g: int) -> None:
         """Take every descendant's page in group g out of the tree, deepest first: an unheld one goes free, a
         held one stays with its request as a private page (TensorRT-LLM detachDescendantsFromLookupTree)."""
-        for child in deepest_first(node):
-            if child.pages[g] >= 0:
-                self.unset_page(child, g, free=child.refs[g] == 0)
+        with self.events.silenced(not self.policy.removed_event_for_descendants):
+            for child in deepest_first(node):
+                if child.pages[g] >= 0:
+                    self.unset_page(child, g, free=child.refs[g] == 0)
 
     def reset(self) -> None:
         """Drop every cached page (the caller checked that no request holds any)."""
         for g in range(len(self.pools)):
+            self.orders[g].clear()
             for page, node in list(self.page_node[g].items()):
+                self.events.removed(self, node, g)
                 node.pages[g] = -1
                 self.policy.release_block(self.pools[g], page)
             self.page_node[g].clear()
             self.pools[g].num_reusable = 0
             self.referenced[g] = 0
-            self.queues[g] = EvictionQueue(g, self.queues[g].leaf_only, self.policy)
         self.tree = RadixTree(len(self.pools), self.policy)
 
     # ---- counts ---------------------------------------------------------------------------------------------
@@ -188,3 +195,33 @@ class ReuseCache:
         pool = self.pools[g]
         private = pool.num_used - len(self.page_node[g])
         return BlockCounts(pool.num_free, pool.num_reusable, private + self.referenced[g], pool.num_blocks)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class ReuseCacheDecisions(Decisions):
+    SUBSYSTEM = "block reuse: references and eviction"
+
+    @rule("how many blocks a dropped reference adds to the reusable count: one when the last reference goes, none "
+          "while another request holds the block (SGLang #35270 counted a shared block once per holder)")
+    def reusable_gain(refs_left: int) -> int:
+        return 1 if refs_left == 0 else 0
+
+    @rule("whether a cached page at the head of the eviction order may be evicted: only when no request holds it "
+          "(TensorRT-LLM #17926: blocks were detached under a live request)")
+    def may_evict(refs: int) -> bool:
+        return refs == 0
+
+    evict_with_descendants = setting(
+        True, "whether an allocation that finds no unheld leaf to evict (in a group that evicts leaves first) "
+        "evicts an unheld block with descendants, taking its descendants' pages in that group out of the tree, as "
+        "TensorRT-LLM's getFreeBlock does (kvCacheManager.cpp freeBlockAndAllDescendants / "
+        "detachDescendantsFromLookupTree). Leaves only, a pool counted a cached block it could not evict as "
+        "available: V1 with a window group and reuse raised RuntimeError from the block pool with another group's "
+        "page already taken (issue 39). Both the eviction heap (V2) and V1's queued pool ask it")
+
+    @rule("return one page to its pool; a page that is already free is refused, never listed twice in the free "
+          "list (vLLM #42571: free_blocks([b, b]) grew the free count by two)")
+    def release_block(pool, block: int) -> None:
+        if not pool.is_used(block):
+            raise RuntimeError(f"block {block} released twice")
+        pool.push_free(block)

@@ -3,9 +3,9 @@
 
 A page evicted from the GPU falls to the host level instead of leaving the cache (``_prepare_free_slots``): the
 block keeps its place in the tree and its priority, now resident on the host. The host level is the last one, so
-to take fallen pages it first evicts pages of its own (lowest priority first, least recently arrived first:
-``PrioritizedLRUEvictionPolicy``), and fallen pages it still has no room for are dropped, the ones that fell last
-kept. A page dropped at the last level leaves the cache; for a full-attention group its block's descendants go
+to take fallen pages it first evicts pages of its own, in the order of its ``host_eviction_policy`` (a module of
+``kvcm.eviction``; by default ``lru``, TensorRT-LLM's ``PrioritizedLRUEvictionPolicy``: lowest priority first, least
+recently arrived first), and fallen pages it still has no room for are dropped, the ones that fell last kept. A page dropped at the last level leaves the cache; for a full-attention group its block's descendants go
 with it (``Block.clear_stale_blocks_after_page_unlink`` -> ``remove_subtree``), a sliding group drops just that
 page. A match reaches host-resident blocks like GPU ones; taking it migrates them back up (``batched_lock_to_gpu``):
 the host pages are excluded from eviction first, GPU slots are prepared (which may push other GPU pages down),
@@ -20,14 +20,15 @@ holds) and ``available = free + evictable``.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections import deque
 
+from ..config import HOST_EVICTION_POLICIES
+from ..eviction import host_level
 from ..free_queue import DEFAULT_PRIORITY
 from .cache import ReuseCache
-from .host_tier import _host_storage
+from .host_tier import _host_storage, check_host_memory
 from .tree import Node, deepest_first
+from ..policy import Decisions, setting
 
 
 def host_level_blocks(host_cache_size: int | None, pools) -> list[int]:
@@ -92,35 +93,53 @@ class HostSlots:
 class LeveledReuseCache(ReuseCache):
     """``ReuseCache`` (V2's GPU level) with a host level per group behind it."""
 
+    host_eviction_policies = HOST_EVICTION_POLICIES   # any of kvcm.eviction's host-level orders
     evictable_counts_as_free = True       # KvCacheStats.free_num_host_blocks is available (secondary_free_num_blocks)
     migration_is_new_allocation = True    # a page migrated back is in alloc_new too (_record_migrated_slots)
 
-    def __init__(self, pools, groups, leaf_only: list[bool], *, num_host_blocks: list[int], policy=None):
-        super().__init__(pools, groups, leaf_only, policy=policy)
+    def __init__(self, pools, groups, leaf_only: list[bool], *, order, num_host_blocks: list[int],
+                 host_eviction_policy: str = "lru", policy=None):
+        """``host_eviction_policy``: the host level's order (the name of its module of ``kvcm.eviction``)."""
+        super().__init__(pools, groups, leaf_only, order=order, policy=policy)
         self.host: list[HostSlots] = []
         for pool, n in zip(pools, num_host_blocks):
             host = HostSlots(n, pool.bytes_per_block)
             host.storage = _host_storage(n, pool.bytes_per_block, pool.device)
             self.host.append(host)               # host.num_reusable: its evictable pages
         self.host_node: list[dict[int, Node]] = [{} for _ in pools]
-        self._host_key: list[dict[int, tuple]] = [{} for _ in pools]    # row -> (priority, arrival): its queue place
-        self._host_heap: list[list] = [[] for _ in pools]
-        self._excluded: list[set[int]] = [set() for _ in pools]        # rows a match is migrating: not evictable
-        self._arrivals = itertools.count()
+        host_order = host_level(host_eviction_policy)
+        self.host_orders = [host_order(n, self.policy) for n in num_host_blocks]    # per group: the order its blocks leave in
+        self._excluded: list[set[Node]] = [set() for _ in pools]      # blocks a match is migrating: not evictable
         self.offloaded = 0
         self.onboarded = 0
         self.host_dropped = 0
 
+    @classmethod
+    def sized(cls, pools, groups, leaf_only, cfg, *, order, policy=None) -> "LeveledReuseCache | None":
+        """The host level ``cfg.host_cache_size`` makes (``HostCacheTierConfig(quota=host_cache_size)``), split as
+        the GPU level's bytes are; None when it has no page (kvcm builds none when it is unset, semantics.md 11.7)."""
+        counts = host_level_blocks(cfg.host_cache_size, pools)
+        if not any(counts):
+            return None
+        check_host_memory(cfg.host_cache_size, counts, pools)
+        return cls(pools, groups, leaf_only, order=order, num_host_blocks=counts,
+                   host_eviction_policy=cfg.host_eviction_policy, policy=policy)
+
+    @staticmethod
+    def plan(manager, host_bytes: int) -> dict:
+        """``kvcm plan --host-cache-size``'s figures of this level for ``manager``: its pages a group, split as the
+        GPU level's bytes are (the fewest of them reported as the level's blocks)."""
+        per_group = host_level_blocks(host_bytes, manager.pools)
+        return {"host_blocks": min(per_group), "host_blocks_per_group": per_group}
+
     # ---- eviction from the GPU level: pages fall to the host level -------------------------------------------
     def evict(self, g: int, n: int) -> None:
         """Free at least ``n`` GPU pages of group g (an allocation asks): the victims fall to the host level."""
-        pool, queue = self.pools[g], self.queues[g]
+        pool, order = self.pools[g], self.orders[g]
         target = pool.num_free + n
         fallen: list[tuple[Node, int]] = []
         while pool.num_free < target:
-            victim = queue.pop_victim()
-            if victim is None and self.policy.evict_with_descendants:
-                victim = self._oldest_unheld(g)   # a middle block: on the host it keeps its descendants reachable
+            victim = order.victim()           # a middle block (no leaf left) keeps its descendants reachable here
             if victim is None:
                 raise RuntimeError(f"layer group {g}: no cached block can be evicted")
             if self.policy.evicted_page_falls:
@@ -149,7 +168,7 @@ class LeveledReuseCache(ReuseCache):
                 node.host[g] = row
                 self.host_node[g][row] = node
                 host.num_reusable += 1
-                self._queue_host(g, row, node.priority, next(self._arrivals))
+                self.host_orders[g].release(node, node.priority)
                 self.offloaded += 1
 
     def _leave_gpu(self, node: Node, g: int) -> int:
@@ -168,9 +187,13 @@ class LeveledReuseCache(ReuseCache):
         """The host level (the last one) takes the fallen pages: it evicts as many of its own evictable pages as
         they need, then keeps the ones that fell last and drops the rest (``_prepare_free_slots`` at the last
         level: ``accepted = fallen[-num_accepted:]``)."""
-        host = self.host[g]
+        host, order, excluded = self.host[g], self.host_orders[g], self._excluded[g]
+        for node, _ in reversed(fallen):     # a store's misses first: an adaptive order learns from its ghosts
+            order.touch(node)
         for _ in range(max(0, min(len(fallen) - host.num_free, host.num_reusable))):
-            victim = self._pop_host_victim(g)
+            # a page a match is onboarding is excluded (``batched_lock_to_gpu`` excludes it from eviction before it
+            # prepares GPU slots, whose fallen pages may make the host evict)
+            victim = order.victim(excluded)
             if victim is None:
                 break
             self._drop(victim, g)
@@ -192,29 +215,9 @@ class LeveledReuseCache(ReuseCache):
         pool.num_reusable, host.num_reusable = self.policy.tier_counts_after_offload(pool.num_reusable,
                                                                                      host.num_reusable)
         priority = node.priority if self.policy.offload_keeps_priority else DEFAULT_PRIORITY
-        self._queue_host(g, row, priority, next(self._arrivals))
+        self.host_orders[g].release(node, priority)
         self.offloaded += 1
-
-    # ---- the host level's own eviction -------------------------------------------------------------------------
-    def _queue_host(self, g: int, row: int, priority: int, arrival: int) -> None:
-        key = (priority, arrival)
-        self._host_key[g][row] = key
-        heapq.heappush(self._host_heap[g], (priority, arrival, row))
-
-    def _pop_host_victim(self, g: int) -> Node | None:
-        """The evictable host page of group g its queue puts first: lowest priority, earliest arrival. A page a
-        match is onboarding is excluded (``batched_lock_to_gpu`` excludes it from eviction before it prepares GPU
-        slots, whose fallen pages may make the host evict)."""
-        heap, keys = self._host_heap[g], self._host_key[g]
-        while heap:
-            priority, arrival, row = heapq.heappop(heap)
-            node = self.host_node[g].get(row)
-            if node is None or keys.get(row) != (priority, arrival):
-                continue
-            if row in self._excluded[g]:
-                continue                          # restored by unclaim_host if the match is given up
-            return node
-        return None
+        self.events.moved(self, node, g, 0, 1)
 
     def _drop(self, node: Node, g: int, *, victim: bool = True) -> None:
         """The block's page in group g leaves the last level, and so the cache; in a full-attention group every
@@ -222,13 +225,16 @@ class LeveledReuseCache(ReuseCache):
         victims count as dropped (``iter_host_dropped_blocks``: the last level's direct LRU victims, not the
         fallen pages it had no room for nor the descendants the tree lets go)."""
         if self.groups[g].is_full and self.policy.host_drop_takes_descendants:
-            for child in deepest_first(node):
-                self._forget(child, g)
+            with self.events.silenced(not self.policy.removed_event_for_descendants):
+                for child in deepest_first(node):
+                    self._forget(child, g)
         self._forget(node, g)
         self.host_dropped += victim
 
     def _forget(self, node: Node, g: int) -> None:
         """Whatever the node holds in group g, on either level or pending between them, leaves the tree."""
+        if node.host[g] != -1:              # a GPU page is announced by unset_page
+            self.events.removed(self, node, g)
         if node.host[g] == _PENDING:
             node.host[g] = -1
             self.pools[g].num_reusable -= 1
@@ -242,10 +248,10 @@ class LeveledReuseCache(ReuseCache):
     def _free_host_row(self, node: Node, g: int) -> None:
         row, host = node.host[g], self.host[g]
         del self.host_node[g][row]
-        self._host_key[g].pop(row, None)
+        self.host_orders[g].remove(node)
         node.host[g] = -1
-        if row in self._excluded[g]:
-            self._excluded[g].discard(row)
+        if node in self._excluded[g]:
+            self._excluded[g].discard(node)
         else:
             host.num_reusable -= 1
         host.release([row])
@@ -254,20 +260,19 @@ class LeveledReuseCache(ReuseCache):
     def claim_host(self, node: Node, g: int) -> None:
         """Hold a host page for a match before any GPU slot is prepared: it leaves the host's eviction (and its
         evictable count) until it is migrated or the match is given up."""
+        if node.refs[g] == 0:
+            self.host_orders[g].touch(node)        # a hit (the order may move it: it stays if the match is given up)
         if node.refs[g] == 0 and self.policy.onboard_source_protected:
-            self._excluded[g].add(node.host[g])
+            self._excluded[g].add(node)
             self.host[g].num_reusable -= 1
         node.refs[g] += 1
 
     def unclaim_host(self, node: Node, g: int) -> None:
         """Undo ``claim_host``: the page is evictable again, at its place in the host queue."""
         node.refs[g] -= 1
-        row = node.host[g]
-        if node.refs[g] == 0 and row in self._excluded[g]:
-            self._excluded[g].discard(row)
+        if node.refs[g] == 0 and node in self._excluded[g]:
+            self._excluded[g].discard(node)
             self.host[g].num_reusable += 1
-            priority, arrival = self._host_key[g][row]
-            heapq.heappush(self._host_heap[g], (priority, arrival, row))
 
     def onboard(self, node: Node, g: int, page: int) -> int:
         """Copy a claimed host page into ``page`` (a fresh GPU slot): the block is on the GPU level again, held by
@@ -279,9 +284,9 @@ class LeveledReuseCache(ReuseCache):
         if host.storage is not None and pool.storage is not None:
             self.policy.tier_copy(pool.storage, page, host.storage, row)
         del self.host_node[g][row]
-        self._host_key[g].pop(row, None)
-        if row in self._excluded[g]:
-            self._excluded[g].discard(row)
+        self.host_orders[g].remove(node)
+        if node in self._excluded[g]:
+            self._excluded[g].discard(node)
         else:
             host.num_reusable -= 1
         node.host[g] = -1
@@ -292,6 +297,7 @@ class LeveledReuseCache(ReuseCache):
         if node.parent is not None:
             node.parent.child_pages[g] += 1
         self.onboarded += 1
+        self.events.moved(self, node, g, 1, 0)
         return page
 
     # ---- storing a block that is resident on the host ----------------------------------------------------------
@@ -305,21 +311,41 @@ class LeveledReuseCache(ReuseCache):
     def reset(self) -> None:
         for g, host in enumerate(self.host):
             for row in list(self.host_node[g]):
+                self.events.removed(self, self.host_node[g][row], g)
                 host.release([row])
                 self.host_node[g][row].host[g] = -1
             self.host_node[g].clear()
-            self._host_key[g].clear()
-            self._host_heap[g].clear()
+            self.host_orders[g].clear()
             self._excluded[g].clear()
             host.num_reusable = 0
         super().reset()
 
-    # ---- counts ------------------------------------------------------------------------------------------------
-    def host_counts(self, g: int) -> tuple[int, int, int]:
-        """(free, evictable, total) host pages of group g (``StorageStatistics`` of the host level)."""
-        host = self.host[g]
-        return host.num_free, host.num_reusable, host.num_blocks
-
 
 _PENDING = -2
 """``Node.host`` of a block whose GPU page has just been evicted and that the host level has not taken yet."""
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class HostLevelDecisions(Decisions):
+    SUBSYSTEM = "V2's host level"
+
+    evicted_page_falls = setting(
+        True, "whether a committed page V2 evicts from the GPU falls to the host level (_prepare_free_slots migrates "
+        "it down) rather than leaving the cache; SGLang #33713: nodes evicted from the device were pruned instead of "
+        "downgraded to their host copy, and the host tier's load-back never ran")
+
+    onboard_source_protected = setting(
+        True, "whether a host page a match is migrating back to the GPU is out of the host level's eviction while "
+        "GPU slots are prepared for it (batched_lock_to_gpu excludes the pages from eviction first); without it the "
+        "host evicted, for the pages the GPU pushed down, the very page being onboarded (SGLang PR #27631: a "
+        "re-entrant evict_host freed pages being loaded)")
+
+    host_drop_takes_descendants = setting(
+        True, "whether a page dropped at the last level takes its block's descendants with it in a full-attention "
+        "group (Block.clear_stale_blocks_after_page_unlink -> remove_subtree): descendants left behind are "
+        "unreachable and keep host and GPU pages counted as cached")
+
+    store_beside_host_copy = setting(
+        False, "whether a request committing a block that the tree holds on the host level installs its GPU page "
+        "beside the host one (no: a block holds one page a life cycle, and an equal coverage does not replace it, "
+        "Block.can_replace_page); beside it the block was counted on both levels")

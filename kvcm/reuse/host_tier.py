@@ -16,11 +16,15 @@ Host pages are pinned CPU memory when the GPU pool is on CUDA, plain CPU memory 
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from ..errors import ConfigError
 from ..free_queue import DEFAULT_PRIORITY, QueuedBlockPool
 from .queued_cache import QueuedReuseCache
 from .tree import Node, deepest_first
+from ..policy import Decisions, rule, setting
 
 
 def host_blocks(host_cache_size: int | None, bytes_per_block: int) -> int:
@@ -29,6 +33,33 @@ def host_blocks(host_cache_size: int | None, bytes_per_block: int) -> int:
     if not host_cache_size or bytes_per_block <= 0:
         return 0
     return int(host_cache_size) // int(bytes_per_block)
+
+
+def host_memory_available() -> int:
+    """Bytes of host memory a new allocation can take now: ``MemAvailable`` (free memory plus the page cache the
+    kernel can drop), or the free pages where /proc/meminfo has no such line."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_host_memory(host_cache_size: int, num_blocks: list[int], pools) -> None:
+    """A host tier on a real device must fit the host memory available, checked before any of it is allocated:
+    torch's allocator would refuse it without naming ``host_cache_size``, or (on Linux, which overcommits) hand it
+    out and let the zeroing touch every page until the kernel kills the process."""
+    if not pools or pools[0].device.type == "meta":
+        return
+    need = sum(n * pool.bytes_per_block for n, pool in zip(num_blocks, pools))
+    available = host_memory_available()
+    if need > available:
+        raise ConfigError("host_cache_size", host_cache_size,
+                          f"needs {need} bytes of host memory ({sum(num_blocks)} host blocks), more than the "
+                          f"{available} bytes this machine has available; give at most {available} bytes")
 
 
 def _host_storage(num_blocks: int, bytes_per_block: int, device: torch.device) -> torch.Tensor | None:
@@ -41,9 +72,30 @@ def _host_storage(num_blocks: int, bytes_per_block: int, device: torch.device) -
 class TieredReuseCache(QueuedReuseCache):
     """``QueuedReuseCache`` with a host queue per group behind the GPU one."""
 
-    def __init__(self, pools, groups, leaf_only: list[bool], *, num_host_blocks: int, onboard_blocks: bool,
+    host_eviction_policies = ("lru",)      # the secondary pool's queue is TensorRT-LLM's LRUEvictionPolicy
+
+    @classmethod
+    def sized(cls, pools, groups, leaf_only, cfg, *, order, policy=None) -> "TieredReuseCache | None":
+        """The tier ``cfg.host_cache_size`` makes: floor(bytes / block bytes) blocks a group (None when that is
+        none)."""
+        n = host_blocks(cfg.host_cache_size, sum(g.bytes_per_block for g in groups))
+        if n == 0:
+            return None
+        check_host_memory(cfg.host_cache_size, [n] * len(pools), pools)
+        return cls(pools, groups, leaf_only, order=order, num_host_blocks=n, onboard_blocks=cfg.onboard_blocks,
+                   offload_min_priority=cfg.offload_min_priority, policy=policy)
+
+    @staticmethod
+    def plan(manager, host_bytes: int) -> dict:
+        """``kvcm plan --host-cache-size``'s figures of this tier for ``manager``: the secondary blocks (every group
+        has as many), and when blocks go there."""
+        cfg = manager.kv_cache_config
+        return {"host_blocks": host_blocks(host_bytes, sum(g.bytes_per_block for g in manager.layer_groups)),
+                "onboard_blocks": cfg.onboard_blocks, "secondary_offload_min_priority": cfg.offload_min_priority}
+
+    def __init__(self, pools, groups, leaf_only: list[bool], *, order, num_host_blocks: int, onboard_blocks: bool,
                  offload_min_priority: int, policy=None):
-        super().__init__(pools, groups, leaf_only, policy=policy)
+        super().__init__(pools, groups, leaf_only, order=order, policy=policy)
         self.onboard_blocks = onboard_blocks
         self.offload_min_priority = offload_min_priority
         self.host = []
@@ -80,6 +132,7 @@ class TieredReuseCache(QueuedReuseCache):
                 and len(host.queue) > 0) or self._front_host_block_is_above(g, node):
             super()._take_cached(g, page)
             return
+        self.events.moved(self, node, g, 0, 1)      # announced before the host block it displaces is removed
         target = host.allocate(1)[0]                 # the host queue's front: empty, or a cached host block
         self._drop_host_block(g, target)
         if host.storage is not None and self.pools[g].storage is not None:
@@ -104,7 +157,7 @@ class TieredReuseCache(QueuedReuseCache):
         that ancestor with its descendants, ``node`` among them, so there is nothing left to offload and the GPU
         block is evicted as without a tier (found by the exhaustive explorer: the offload then deleted a page the
         drop had already taken out of the tree, a KeyError)."""
-        victim = self.host_node[g].get(self.host[g].queue.peek())
+        victim = self.host_node[g].get(self.host[g].queue.peek())    # the host tier's victim, not taken yet
         if victim is None:
             return False
         up = node.parent
@@ -125,6 +178,7 @@ class TieredReuseCache(QueuedReuseCache):
         self.host_dropped += 1
 
     def _unset_host(self, node: Node, g: int) -> None:
+        self.events.removed(self, node, g)
         row = node.host[g]
         del self.host_node[g][row]
         node.host[g] = -1
@@ -136,9 +190,10 @@ class TieredReuseCache(QueuedReuseCache):
     def _detach_subtree(self, node: Node, g: int) -> None:
         """As ``QueuedReuseCache._detach_subtree``, for descendants on either tier: a host descendant's page is
         empty where it waits in the host queue."""
-        for child in deepest_first(node):
-            if child.host[g] >= 0 and child.refs[g] == 0:
-                self._unset_host(child, g)
+        with self.events.silenced(not self.policy.removed_event_for_descendants):
+            for child in deepest_first(node):
+                if child.host[g] >= 0 and child.refs[g] == 0:
+                    self._unset_host(child, g)
         super()._detach_subtree(node, g)
 
     # ---- lower-tier-only mode: every unheld cached block leaves the GPU at once ------------------------------
@@ -180,7 +235,7 @@ class TieredReuseCache(QueuedReuseCache):
         """Hold a host block for a match before any GPU page is taken, so no offload can drop it (upstream's
         two-phase claim-then-onboard)."""
         if node.refs[g] == 0:
-            self._claimed_keys[g][("host", node.host[g])] = self.host[g].unqueue(node.host[g])
+            self.host[g].queue.claim(node.host[g])
             self.host[g].num_reusable -= 1        # held: no longer a cached host block anyone could take
         node.refs[g] += 1
 
@@ -188,7 +243,6 @@ class TieredReuseCache(QueuedReuseCache):
         """Copy a claimed host block into ``page`` (a fresh GPU page): the block is on the GPU again, held by the
         claiming request, and its host page is empty at the back of the default host FIFO."""
         host, row = self.host[g], node.host[g]
-        self._claimed_keys[g].pop(("host", row), None)
         if host.storage is not None and self.pools[g].storage is not None:
             self.policy.tier_copy(self.pools[g].storage, page, host.storage, row)
         self._swap_ids(g, page, row)
@@ -202,13 +256,14 @@ class TieredReuseCache(QueuedReuseCache):
         if node.parent is not None:
             node.parent.child_pages[g] += 1
         self.onboarded += 1
+        self.events.moved(self, node, g, 1, 0)
         return page
 
     def unclaim_host(self, node: Node, g: int) -> None:
         """Undo ``claim_host`` (a match that could not be completed)."""
         node.refs[g] -= 1
         if node.refs[g] == 0:
-            self.host[g].queue.restore(node.host[g], self._claimed_keys[g].pop(("host", node.host[g])))
+            self.host[g].queue.restore(node.host[g])
             self.host[g].num_reusable += 1
 
     def set_page(self, node: Node, g: int, page: int) -> None:
@@ -222,7 +277,8 @@ class TieredReuseCache(QueuedReuseCache):
     def reset(self) -> None:
         for g, host in enumerate(self.host):
             for row, node in list(self.host_node[g].items()):
-                host.unqueue(row)
+                self.events.removed(self, node, g)
+                host.queue.remove(row)
                 node.host[g] = -1
                 host._used[row] = 0
                 host.enqueue(row, DEFAULT_PRIORITY)
@@ -230,7 +286,40 @@ class TieredReuseCache(QueuedReuseCache):
             host.num_reusable = 0
         super().reset()
 
-    def host_counts(self, g: int) -> tuple[int, int, int]:
-        """(free, reusable, total) host pages of group g: cached host blocks are reusable, never allocatable."""
-        host = self.host[g]
-        return host.num_free, host.num_reusable, host.num_blocks
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class HostTierDecisions(Decisions):
+    SUBSYSTEM = "host tier"
+
+    demotion_frees_gpu_copy = setting(
+        True, "whether a block kvcm's lower-tier-only mode moves to the host gives its GPU page back (one page a "
+        "block, on one level; V1's secondary pool and V2's host level alike); SGLang PR #34046 / #33777: write-back "
+        "kept a host copy of a component that stayed resident on the device, the block held pages on both levels "
+        "and exhausted the host pool")
+
+    @rule("whether a cached block an allocation evicts may go to the host tier: at a priority at least "
+          "secondary_offload_min_priority (evictionPolicy.cpp getFreeBlock tests level >= min; the docstring of "
+          "KvCacheConfig says '>', and a block at exactly the minimum was then dropped)")
+    def offloadable(priority: int, min_priority: int) -> bool:
+        return priority >= min_priority
+
+    offload_keeps_priority = setting(
+        True, "whether an offloaded block waits in the host queue at its own priority ('Update the block as a "
+        "secondary block (maintaining its priority)', kvCacheManager.cpp getFreeBlock); at the default (35), "
+        "priorities lost on the way down let a long-kept system prompt go before a one-off answer once the host "
+        "filled")
+
+    @rule("the reusable counts (GPU, host) after a block moves to the host tier: one fewer on the GPU, one more on "
+          "the host (TensorRT-LLM PR #12834 / #12297, issue #11879: the claim after the memory swap updated the "
+          "other level's list, free > max and used < 0)")
+    def tier_counts_after_offload(gpu_reusable: int, host_reusable: int) -> tuple[int, int]:
+        return gpu_reusable - 1, host_reusable + 1
+
+    @rule("copy one block's KV between the GPU and host tiers, ordered with its use: queued on the device's stream, "
+          "after the kernels that wrote the block and before those that read it, the host not waiting "
+          "(TensorRT-LLM kvCacheTransferManager.cpp: onboard and offload streams joined to the compute stream by "
+          "events, syncWithBufferManager / syncTransfers; #8813: with host_cache_size a hit returned other prompts' "
+          "tokens, the copy not synchronized with its use). A waiting copy stalled the host for the GPU's queue at "
+          "every block: the engine's next step, launched before the last one finished, lost its overlap")
+    def tier_copy(dst_storage, dst_row: int, src_storage, src_row: int) -> None:
+        dst_storage[dst_row].copy_(src_storage[src_row], non_blocking=True)

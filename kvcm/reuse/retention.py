@@ -17,7 +17,7 @@ from pydantic import Field
 
 from ..errors import ConfigError
 from ..validation import Int, config_dataclass
-from ..policy import resolve
+from ..policy import Decisions, resolve, setting
 
 MIN_RETENTION_PRIORITY = 0
 MAX_RETENTION_PRIORITY = 100
@@ -95,3 +95,13 @@ class KvCacheRetentionConfig:
                        None)
             out.append((None, None) if hit is None else (hit.priority, hit.duration_ms))
         return out
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class RetentionDecisions(Decisions):
+    SUBSYSTEM = "retention priorities"
+
+    retention_by_first_token = setting(
+        True, "whether the token range a context block takes its retention from is its first token's "
+        "(KvCacheRetentionConfig getPerBlockRetentionPriorityDuration walks block starts); by its last token a "
+        "block straddling two ranges took the later one")

@@ -11,8 +11,8 @@ is the loader's; vLLM caches received blocks only once they are in).
 
 A request freed while it loads (an abort) keeps every page until its copies land, and is then released as any
 request is (vLLM PR #32255: ``finish_requests`` delays the free of a request still receiving, so a late copy
-never writes into a page another request was given). The decisions an abort got wrong in the field are
-``kvcm.policy``'s ``transfers`` subsystem.
+never writes into a page another request was given). The decisions an abort got wrong in the field are declared
+at the end (``TransferDecisions``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from .. import validation
 from ..errors import ConfigError
+from ..policy import Decisions, setting
 
 
 @dataclass
@@ -115,3 +116,29 @@ class TransferMixin:
 
     def _loads_pending(self) -> bool:
         return self._reuse is not None and self._reuse.loads.pending()
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class TransferDecisions(Decisions):
+    SUBSYSTEM = "transfers in flight"
+
+    abort_waits_for_transfers = setting(
+        True, "whether a request freed while its load is in flight keeps its pages until the load completes (vLLM "
+        "PR #32255, quoted in #46283: finish_requests delays freeing a WAITING_FOR_REMOTE_KVS request's blocks until "
+        "finished_recving); freed at once, the late copy wrote into pages another request had been given")
+
+    aborted_completions_settled = setting(
+        True, "whether the completion of an aborted request's load frees that request's pages (vllm-ascend #16662 / "
+        "PR #16663: a whitelist of live requests filtered out the late completion, and FINISHED_ABORTED requests "
+        "kept their blocks until the instance stopped admitting)")
+
+    aborted_freed_after_last_copy = setting(
+        True, "whether an aborted request whose copies land over several completions is released only once the "
+        "last one has landed (vLLM PR #56089, issue #46240: with a receive and a send pending, the first completion "
+        "freed the request and the second found it gone); released at the first, the copies still in flight wrote "
+        "into freed pages")
+
+    chunk_waits_for_load = setting(
+        True, "whether a request whose cached prefix is still being loaded from the host is refused a context chunk "
+        "(vLLM keeps it WAITING_FOR_REMOTE_KVS until the load completes; 1CatAI/1Cat-vLLM #598: a restore raced with "
+        "the compute that used its blocks and the restored KV read as zeros)")

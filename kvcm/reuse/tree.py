@@ -14,7 +14,7 @@ import itertools
 from bisect import bisect_left, bisect_right
 from operator import attrgetter
 
-from ..policy import resolve
+from ..policy import Decisions, resolve, setting
 
 _serials = itertools.count()
 _by_serial = attrgetter("serial")
@@ -192,3 +192,18 @@ class RadixTree:
             yield k, first
             for node in sorted(level, key=_by_serial)[1:]:
                 yield k, node
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class TreeDecisions(Decisions):
+    SUBSYSTEM = "block reuse: keys"
+
+    detached_node_unlinked = setting(
+        True, "whether a block taken out of the tree drops its link to its parent (TensorRT-LLM PR #16037, nvbugs "
+        "6418912 in #16019: released detached blocks kept their mPrevBlockInSeq link, and chains of finished "
+        "requests stayed joined through them); a link left behind makes the block look filed where it is not")
+
+    block_key_hash = setting(
+        None, "what a block is filed and found under among its parent's children: None, its tokens themselves, "
+        "compared exactly; else a function of the tokens whose value is the key (vLLM GHSA-rm76-4mrf-v9r8 / PR "
+        "#12621: a weak hash let one prompt read another's blocks)")

@@ -11,6 +11,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from .tree import Node
+from ..policy import Decisions, rule, setting
 
 V2_PARTIAL_CHILD_LIMIT = 32
 """V2 skips the partial match under a node with this many children (TensorRT-LLM TRTLLM-7784)."""
@@ -73,7 +74,7 @@ class V1ReuseRules:
         return _leading(nodes, group.index, n)
 
     @staticmethod
-    def skipped(group, length: int, tpb: int) -> range:
+    def skipped(group, length: int) -> range:
         """The block indices a match leaves alone in ``group`` (none: V1 keeps every block)."""
         return range(0)
 
@@ -122,10 +123,10 @@ class V2ReuseRules:
         return [g.is_full for g in groups]
 
     @staticmethod
-    def skipped(group, length: int, tpb: int) -> range:
+    def skipped(group, length: int) -> range:
         """The block indices a match leaves alone in ``group``, as one range (a sliding group's blocks before its
         window)."""
-        return range(*group.stale_range(length, tpb))
+        return range(*group.stale_range(length))
 
     def _group_length(self, nodes: list[Node], group, n: int, tpb: int) -> int:
         g = group.index
@@ -133,7 +134,7 @@ class V2ReuseRules:
             return _leading(nodes, g, n)
         m = n
         while True:
-            skip = self.skipped(group, m * tpb, tpb)
+            skip = self.skipped(group, m * tpb)
             missing = next((i for i in range(m) if i not in skip and _absent(nodes[i], g)), None)
             if missing is None:
                 return m
@@ -280,3 +281,56 @@ def _drop_covered_partials(cache, parent: Node, tokens: tuple) -> None:
             for g, page in enumerate(s.pages):
                 if page >= 0:
                     cache.unset_page(s, g, free=True)
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class MatchDecisions(Decisions):
+    SUBSYSTEM = "block reuse: matching and retention"
+
+    @rule("how many of a request's tokens are looked up in the cache: all but the last, whose logits must come out "
+          "of a forward (nano-vllm #144 looked up all of them: a full hit left nothing to compute)")
+    def lookup_length(num_tokens: int) -> int:
+        return max(0, num_tokens - 1)
+
+    @rule("the admission credit for a request's cached prefix: with only_allocated, matched blocks some request "
+          "holds; cached blocks nobody holds are already in the free count (TensorRT-LLM PR #11490 "
+          "countReusableBlocks(onlyAllocated))")
+    def reusable_credit(matched_refs: list, only_allocated: bool) -> int:
+        if not only_allocated:
+            return len(matched_refs)
+        return sum(1 for refs in matched_refs if refs > 0)
+
+    @rule("the reused length when groups (windows) reuse different lengths: the shortest, which every group has "
+          "(TensorRT-LLM PR #10875 / PR #2983 took a per-window or the longest one)")
+    def window_reuse_length(lengths: list) -> int:
+        return min(lengths)
+
+    hit_length_fixed_point = setting(
+        True, "whether a hit's length, once one group shortened it, is checked again over every group until none "
+        "shortens it (vLLM HybridKVCacheCoordinator.find_longest_cache_hit's fixed-point loop; PR #45614 and issue "
+        "#43559: the common hit and a group's blocks disagreed): in one pass a V2 sliding group's window, moved back "
+        "by a shorter full-attention hit, covered blocks that group does not hold, and the request took unwritten "
+        "pages for tokens counted as cached")
+
+    @rule("which groups' hits are cut to the reconciled hit length, given whether each group is full attention: "
+          "every group (vLLM PR #52828: only the first full-attention group was truncated, a draft model's group "
+          "kept its longer hit, its block table no longer matched the hit length and cache_hit_length went to 0)")
+    def cut_to_reconciled_hit(group_is_full: tuple) -> tuple:
+        return tuple(True for _ in group_is_full)
+
+    recorded_path_checked = setting(
+        True, "whether a commit that starts from the blocks a request last matched or stored checks that each is "
+        "still filed under the one before it (TensorRT-LLM PR #18095 / #18610, issue #17926: an eviction detached a "
+        "live request's tree block and its next commit built on the detached prefix: a segfault upstream, cached "
+        "pages no lookup can reach here)")
+
+    @rule("whether a manager may reuse a partly matched block: only when asked and when no group stores compressed "
+          "entries (DeepSeek-V4's _supports_partial_reuse = False: a mid-block prefix hands over rows of tokens the "
+          "request does not own)")
+    def partial_reuse_allowed(enable_partial_reuse: bool, compress_ratios: tuple) -> bool:
+        return enable_partial_reuse and all(r == 1 for r in compress_ratios)
+
+    claim_sets_retention = setting(
+        True, "whether a matched block takes the priority and duration of the request that reuses it "
+        "(claimBlock(block, priority, duration) in loadOrAllocateBlocks; KVCacheManagerEventStreamPriority sees 50 "
+        "-> 10); without it a request could not lower or raise a shared prefix's retention")

@@ -42,6 +42,16 @@ def test_vllm_kv_cache_manager_api():
     assert {"num_blocks", "kv_cache_tensors", "kv_cache_groups"} <= set(iface.KVCacheConfig.__dataclass_fields__)
     assert "sliding_window" in iface.SlidingWindowSpec.__dataclass_fields__
     assert callable(utils.init_none_hash) and callable(utils.get_request_block_hasher)
+    # the events: a manager built with them, its BlockPool's queue, its hash map's keys as the events name them
+    assert "enable_kv_cache_events" in params and callable(kvm.KVCacheManager.take_events)
+    from vllm.distributed import kv_events
+    from vllm.v1.core.block_pool import BlockHashToBlockMap
+
+    assert {"block_hashes", "parent_block_hash", "medium", "group_idx"} <= set(kv_events.BlockStored.__struct_fields__)
+    assert {"block_hashes", "medium", "group_idx"} <= set(kv_events.BlockRemoved.__struct_fields__)
+    assert isinstance(BlockHashToBlockMap()._cache, dict) and callable(kv_events.AllBlocksCleared)
+    for name in ("get_group_id", "get_block_hash", "maybe_convert_block_hash"):
+        assert callable(getattr(utils, name, None)), name
 
 
 def test_sglang_pool_and_cache_api():
@@ -72,6 +82,13 @@ def test_sglang_pool_and_cache_api():
                  "evictable_size", "path_device_indices", "reset"):
         assert callable(getattr(radix_cache.RadixCache, name, None)), name
     assert {"key"} <= set(base_prefix_cache.MatchPrefixParams.__dataclass_fields__)
+    # the events (sglang/srt/mem_cache/events.py): the recorder the tree holds, and how it hashes a node's pages
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.events import KVCacheEventRecorder
+
+    assert "enable_kv_cache_events" in CacheInitParams.__dataclass_fields__
+    for name in ("take", "record_store", "record_remove", "_node_event_hash_values", "_namespace_seed"):
+        assert callable(getattr(KVCacheEventRecorder, name, None)), name
     assert {"num_tokens"} <= set(base_prefix_cache.EvictParams.__dataclass_fields__)
     assert args(pool_configurator.MemoryPoolConfigurator.validate_swa_pool_size) == [
         "swa_tokens", "sliding_window_size", "page_size"]

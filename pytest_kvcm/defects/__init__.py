@@ -24,9 +24,10 @@ module defines them. A new module needs nothing else::
         return {"lookup_length": lambda num_tokens: num_tokens}   # the decisions the bug got wrong
 
 A built-in defect replaces decisions of ``kvcm.policy`` and nothing else (``suites/plugin/test_defect_policies.py``):
-a rule by a function of the same arguments, a setting by a value. Where the decision a bug lived in is not one yet,
-make it one there (a named rule, or a setting the code branches on), asked by the code that makes it through the
-policy it was built with, rather than patching a private method or restating its body. A function of one argument
+a rule by a function of the same arguments (checked when it is handed in), a setting by a value. Where the decision a
+bug lived in is not one yet, make it one in the module that makes it (a named rule, or a setting the code branches
+on, in that module's ``Decisions`` class), asked by the code through the policy it was built with, rather than
+patching a private method or restating its body. A function of one argument
 is a patch of a ``pytest.MonkeyPatch``, which the test above refuses for a built-in defect.
 
 ``catchers`` are node-id prefixes; ``kvcm sensitivity`` runs just those (fast mode) and fails unless each

@@ -17,7 +17,7 @@ _EXPLORER = ("suites/managers/exhaustive/test_exhaustive.py::test_explorer_finds
              "[v1-full+window-tpb2-b4-reuse_copy-ids-r2-h2-lower-async]")
 _PARITY = "suites/engine/test_host_tier_parity.py::test_lower_tier_only_equals_hf_with_every_hit_from_the_host"
 _EXPLORER_LOWER = ("suites/managers/exhaustive/test_exhaustive.py::test_explorer_finds_no_violation"
-                   "[v2-full-tpb2-b4-reuse_on-ids-r2-h2-lower]")
+                   "[v2-full-tpb2-b4-reuse_on-ids-r2-h2-lower-ev64]")
 
 
 @defect("v2-evicted-page-dropped", upstream="SGLang #33713 (nodes evicted from the device were pruned instead of "

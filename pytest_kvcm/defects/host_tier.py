@@ -1,5 +1,6 @@
 """The field's host-tier, retention and rewind bugs, put back into V1's free queue, host tier and retention
-(``kvcm/free_queue.py``, ``kvcm/reuse/host_tier.py``, ``kvcm/reuse/retention.py``) through their decisions (``kvcm.policy.host_tier``).
+(``kvcm/free_queue.py``, ``kvcm/reuse/host_tier.py``, ``kvcm/reuse/retention.py``) through their decisions (each
+module's ``Decisions``).
 
 Each is caught at two levels at least: the ported upstream cases (``suites/conformance/test_v1_*``) and the
 manager or pool tests (``suites/managers/test_host_tier.py``, ``test_retention_rewind.py``, ``test_free_queue.py``).

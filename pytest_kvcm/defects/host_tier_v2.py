@@ -1,6 +1,7 @@
 """The field's offload bugs, put back into V2's host level (``kvcm/reuse/host_level.py``, TensorRT-LLM
 KVCacheManagerV2's cache levels) through its policy decisions: pages onboarded while being evicted, host blocks counted
-twice, priorities lost on the way down, and blocks left behind by a drop at the last level.
+twice, priorities lost on the way down, blocks left behind by a drop at the last level, and its ARC order adapting
+by a fixed step (``kvcm/eviction/arc.py``).
 
 Each is caught at two levels at least: the ported upstream cases (``suites/conformance/test_v2_host_tier.py``) and
 the manager tests (``suites/managers/test_host_level.py``); the exhaustive explorer's V2 host configuration catches
@@ -69,3 +70,17 @@ def v2_host_drop_keeps_descendants():
                   _CONF + "test_offload_is_recorded_for_every_life_cycle"))
 def v2_offload_counted_on_both_levels():
     return {"tier_counts_after_offload": lambda gpu, host: (gpu, host + 1)}
+
+
+_ARC = "suites/conformance/test_v2_host_arc.py::test_kvcm_arc_matches_vllm_arc"
+
+
+@defect("arc-ghost-step-fixed", upstream="vLLM vllm/v1/kv_offload/cpu/policies/arc.py "
+        "ARCCachePolicy._adapt_to_ghost_hit (delta = max(1, len(b2) / len(b1)) on a B1 hit, max(1, len(b1) / "
+        "len(b2)) on a B2 hit), after Megiddo and Modha's ARC (FAST '03, Fig. 4)",
+        story="V2's host level with host_eviction_policy='arc' moved T1's target one page per ghost hit whatever "
+              "the ghost lists held: ARC learned slowest exactly when one ghost list was the longer, and kept "
+              "evicting the partition the workload was coming back to",
+        catchers=(_ARC + "[fractional_target]", _ARC + "[b2_hit_lowers_the_target_by_the_ghost_ratio]"))
+def arc_ghost_step_fixed():
+    return {"arc_ghost_step": lambda hit_ghosts, other_ghosts: 1}

@@ -41,7 +41,11 @@ def pytest_configure(config):
         if d.patch is not None:
             mp = pytest.MonkeyPatch()
             config.add_cleanup(mp.undo)
-            d.patch(mp)
+            try:
+                d.patch(mp)
+            except Exception as exc:       # a user's code: named, and what it patched is undone at cleanup
+                raise pytest.UsageError(f"--kvcm-inject={name}: the defect's patch raised {type(exc).__name__}: "
+                                        f"{exc}") from exc
         config.stash[INJECTED] = (d, mp)
 
 

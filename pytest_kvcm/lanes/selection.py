@@ -33,7 +33,6 @@ from pytest_kvcm.machine import host_machine_for
 from .file_format import (Block, Entry, Lane, condition_mismatch, keys_text, load_lane, load_waives, pick_auto,
                           rel_path)
 from .isolation import ISOLATE, is_child
-from .stages import configure as configure_stages, select_stage
 
 _STATE = pytest.StashKey["LaneState"]()
 
@@ -121,7 +120,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if is_child(config):
         return
     state = _resolve_lane(config)
-    configure_stages(config, state.lane.name if state is not None and state.lane is not None else None)
     if state is None:
         return
     config.stash[_STATE] = state
@@ -161,7 +159,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = selected
-    stage = select_stage(config, items)
     waived = _apply_waives(state, items, marks, config.rootpath)
     timeouts = _apply_marks(config, items, marks)
     if state.lane is not None:
@@ -171,7 +168,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             f"kvcm lane {state.lane.name}{how}: {len(items)} tests selected from {len(state.lane.blocks)} blocks "
             f"({len(state.matched)} matched)" + (f"; {waived} waived" if waived else "")
             + (f"; {isolated} isolated" if isolated else "") + (f"; {timeouts} with TIMEOUT" if timeouts else "")
-            + (f"; {stage}" if stage else "")
         )
         if hasattr(config, "workeroutput"):
             config.workeroutput["kvcm_lane"] = state.summary

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcm import startup
+from kvcm.errors import UserCallbackError
 
 
 REUSE_ORACLES = ("v1", "v2")  # kvcm versions the reuse state machine can compare a target with
@@ -23,7 +24,9 @@ class PoolSpec:
     ``max_lookahead`` is the most lookahead a test will ask for (kvcm's ``max_draft_len``); ``reuse`` turns the
     engine's block reuse (prefix caching) on, whole blocks only (the behaviour every target shares);
     ``window_pages`` sizes the sliding-window pool of an engine that keeps one apart from the full pool (SGLang's
-    SWA pool; None: the engine's own split), and is ignored by engines whose groups share one pool.
+    SWA pool; None: the engine's own split), and is ignored by engines whose groups share one pool; ``events``
+    turns the engine's KV cache events on (with reuse), ``host_pages`` adds a host tier of that many pages a group
+    (engines that have one).
     """
 
     num_pages: int
@@ -34,6 +37,8 @@ class PoolSpec:
     max_batch_size: int = 4
     reuse: bool = False
     window_pages: int | None = None
+    events: bool = False
+    host_pages: int = 0
 
 
 class KVCacheTarget:
@@ -67,6 +72,12 @@ class KVCacheTarget:
       drive" when absent); ``startup_findings = {case: why}`` runs a known difference from kvcm's rule as a
       strict xfail; ``split_window_pool`` when the window has a pool of its own, sized by
       ``PoolSpec.window_pages``;
+    * ``supports_events = True`` with ``take_events()`` (the events since the last call, as
+      ``pytest_kvcm.targets.events``' ``Stored`` / ``Removed`` / ``Moved`` / ``Cleared``) and ``cached_blocks()``
+      (``{(group, block hash): level}`` of every block the engine would match now), built with events on when
+      ``spec.events`` is set: ``test_target_events.py`` ("has no KV cache events" when absent);
+      ``supports_host_tier = True`` builds ``spec.host_pages`` host pages a group (its tier test skips without);
+      ``event_findings = {case: why}`` runs a known inconsistency of the engine's events as a strict xfail;
     * ``differences = {key: why}``: a documented difference of design. Each key relaxes only the assertions it
       names (``differs(key, how)`` in the tests; ``require(key)`` skips a test only where every assertion of it is
       about that key), the refused-allocation checks run whatever is declared, and the run ends with a list of
@@ -84,6 +95,9 @@ class KVCacheTarget:
     reserved_pages: int = 0
     releases_window_pages = True
     supports_reuse = False       # the adapter implements the reuse methods below
+    supports_events = False      # the adapter implements take_events and cached_blocks
+    supports_host_tier = False   # PoolSpec.host_pages builds a host tier
+    event_findings: dict[str, str] = {}
     reuse_oracle = "v2"          # the kvcm version whose reuse the state machine compares this target with
     differences: dict[str, str] = {}
 
@@ -101,35 +115,52 @@ class KVCacheTarget:
             raise ValueError(f"request {rid!r} is already allocated")
         if num_tokens < 1 or lookahead < 0:
             raise ValueError(f"num_tokens={num_tokens} must be >= 1 and lookahead={lookahead} >= 0")
-        ok = self._allocate(rid, num_tokens, lookahead)
+        ok = self._hook("_allocate", rid, num_tokens, lookahead)
         if ok:
             self._tokens[rid] = num_tokens
         return ok
 
     def allocate_batch(self, rids: list[str], token_nums: list[int], lookahead: int = 0) -> bool:
-        """Several new requests at once, all or none (a warmup batch)."""
+        """Several new requests at once, all or none (a warmup batch): a refusal or an exception frees the ones
+        already made."""
         done = []
-        for rid, n in zip(rids, token_nums):
-            if not self.allocate(rid, n, lookahead):
-                for r in done:
-                    self.free(r)
-                return False
-            done.append(rid)
-        return True
+        try:
+            for rid, n in zip(rids, token_nums):
+                if not self.allocate(rid, n, lookahead):
+                    break
+                done.append(rid)
+            else:
+                return True
+        except BaseException:
+            for r in done:
+                self.free(r)
+            raise
+        for r in done:
+            self.free(r)
+        return False
 
     def grow(self, rid: str, num_tokens: int = 1, lookahead: int = 0) -> bool:
         """The request's tokens so far are computed; make room for ``num_tokens`` more plus ``lookahead`` slots.
         False when they do not fit, with the request as it was."""
         if num_tokens < 1 or lookahead < 0:
             raise ValueError(f"num_tokens={num_tokens} must be >= 1 and lookahead={lookahead} >= 0")
-        ok = self._grow(rid, self._tokens[rid], num_tokens, lookahead)
+        ok = self._hook("_grow", rid, self._tokens[rid], num_tokens, lookahead)
         if ok:
             self._tokens[rid] += num_tokens
         return ok
 
     def free(self, rid: str) -> None:
-        self._free(rid)
+        self._hook("_free", rid)
         del self._tokens[rid]
+
+    def _hook(self, name: str, *args):
+        """Call the adapter's own ``name``: what it raises comes up as a ``UserCallbackError`` naming the adapter and
+        the hook (its cause is the original), with this base's books unchanged; a skip or an interrupt passes."""
+        try:
+            return getattr(self, name)(*args)
+        except Exception as exc:
+            raise UserCallbackError(f"adapter {type(self).__name__}, {name}",
+                                    f"raised {type(exc).__name__}: {exc}") from exc
 
     # ---- block reuse (optional: adapters with ``supports_reuse``; built with ``PoolSpec(reuse=True)``) -------------
     def allocate_prompt(self, rid: str, token_ids) -> int | None:
@@ -141,7 +172,7 @@ class KVCacheTarget:
         ids = [int(t) for t in token_ids]
         if not ids:
             raise ValueError("a prompt needs at least one token id")
-        reused = self._allocate_prompt(rid, ids)
+        reused = self._hook("_allocate_prompt", rid, ids)
         if reused is not None:
             self._tokens[rid] = len(ids)
         return reused
@@ -169,6 +200,25 @@ class KVCacheTarget:
         raise NotImplementedError
 
     def _allocate_prompt(self, rid: str, token_ids: list[int]) -> int | None:
+        raise NotImplementedError
+
+    # ---- KV cache events (optional: adapters with ``supports_events``; built with ``PoolSpec(events=True)``) -----
+    def require_events(self) -> None:
+        """Skip the calling test unless this target reports KV cache events (built with ``PoolSpec(events=True)``)."""
+        import pytest
+
+        self.require_reuse()
+        if not self.supports_events:
+            pytest.skip(f"{self.name} has no KV cache events")
+        if not self.spec.events:
+            raise ValueError(f"{self.name}: build it with PoolSpec(events=True) to test its events")
+
+    def take_events(self) -> list:
+        """The engine's events since the last call, oldest first, as ``pytest_kvcm.targets.events`` names them."""
+        raise NotImplementedError
+
+    def cached_blocks(self) -> dict:
+        """``{(group, block hash): level}`` (0: GPU, 1: host) of every block the engine would match now."""
         raise NotImplementedError
 
     def tokens(self, rid: str) -> int:

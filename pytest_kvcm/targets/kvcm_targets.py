@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from .contract import KVCacheTarget, PoolSpec
+
+
+def _events(spec: PoolSpec, tpb: int) -> dict:
+    """Events on (a queue no contract test fills) and a host tier of ``spec.host_pages`` pages a group, as asked."""
+    out = {"event_buffer_max_size": 1 << 16} if spec.events else {}
+    if spec.host_pages:
+        out["host_cache_size"] = spec.host_pages * _model(spec).bytes_per_token() * tpb
+    return out
 
 
 def _model(spec: PoolSpec):
@@ -54,7 +64,7 @@ class _KvcmTarget(KVCacheTarget):
 
         tpb = tpb or spec.page_size
         return KvCacheConfig(tokens_per_block=tpb, max_tokens=spec.num_pages * tpb, enable_block_reuse=spec.reuse,
-                             enable_partial_reuse=False)
+                             enable_partial_reuse=False, **_events(spec, tpb))
 
     def _allocate_prompt(self, rid, token_ids):
         """Admission first, as TensorRT-LLM's scheduler (PR #11490): the prompt's blocks less its cached whole
@@ -73,6 +83,21 @@ class _KvcmTarget(KVCacheTarget):
 
     def lookup(self, token_ids) -> int:
         return self.manager.count_reusable_blocks(list(token_ids), only_allocated=False) * self.page_size
+
+    # ---- KV cache events (TensorRT-LLM's; kvcm/events/) --------------------------------------------------------
+    supports_events = True
+    supports_host_tier = True
+
+    def take_events(self) -> list:
+        from .events import from_kvcm
+
+        self.manager.flush_iteration_events()
+        return from_kvcm(self.manager.get_latest_events(0))
+
+    def cached_blocks(self) -> dict:
+        from kvcm.events.shadow import cached_blocks
+
+        return {key: level for key, (_, level) in cached_blocks(self.manager).items()}
 
     def cached_pages(self) -> int:
         return self.manager.get_block_counts().reusable
@@ -122,6 +147,7 @@ class KvcmV4Target(KvcmV2Target):
     """DeepSeek-V4 on kvcm: pages of 128 or 256 tokens, compressed and sliding groups beside the full one."""
 
     name = "kvcm-v4"
+    supports_host_tier = False      # DeepSeek-V4 refuses host_cache_size (docs/semantics.md 11.7)
     differences = {"page_size": "DeepSeek-V4 pages hold 128 or 256 tokens; the spec's page_size is rounded up to 128",
                    "free_pages": "several pools (compressed, indexer, sliding) of one page count each: a new prompt "
                                  "takes a page in every one, so free pages are the smallest pool's free count",
@@ -157,7 +183,7 @@ class KvcmV4Target(KvcmV2Target):
 
         tpb = 256 if spec.page_size > 128 else 128
         cfg = KvCacheConfig(tokens_per_block=tpb, max_tokens=spec.num_pages * tpb, enable_block_reuse=spec.reuse,
-                            enable_partial_reuse=True)
+                            enable_partial_reuse=True, **_events(dataclasses.replace(spec, host_pages=0), tpb))
         self.window_tokens = None if spec.sliding_window is None else spec.sliding_window + spec.max_lookahead
         model = DeepseekV4Spec(compress_ratios=(4, 128), window_size=spec.sliding_window or 128)
         return DeepseekV4CacheManager(model, cfg, max_batch_size=spec.max_batch_size,

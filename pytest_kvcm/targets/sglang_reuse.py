@@ -37,7 +37,7 @@ class SglangReuse:
         self._radix, self._params = radix_cache, base_prefix_cache
         self.tree = radix_cache.RadixCache(CacheInitParams(
             disable=False, req_to_token_pool=self.req_to_token_pool, token_to_kv_pool_allocator=self.allocator,
-            page_size=self.page_size))
+            page_size=self.page_size, enable_kv_cache_events=self.spec.events))
 
     def require_reuse(self) -> None:
         super().require_reuse()
@@ -88,6 +88,32 @@ class SglangReuse:
 
     def cached_pages(self) -> int:
         return self._evictable_pages()
+
+    # ---- KV cache events (sglang/srt/mem_cache/events.py: RadixCache records a store per inserted node, a removal
+    # per evicted one, AllBlocksCleared at reset; one group, the GPU) ------------------------------------------------
+    supports_events = True
+
+    def take_events(self) -> list:
+        from .events import from_vllm_like
+
+        return from_vllm_like(self.tree.kv_events.take())
+
+    def cached_blocks(self) -> dict:
+        """Every page of every node the tree holds on the device, hashed as its recorder hashes it."""
+        from sglang.srt.disaggregation.kv_events import namespaced_block_hash
+        from sglang.srt.mem_cache.utils import hash_str_to_int64
+
+        recorder, out = self.tree.kv_events, {}
+        stack = list(self.tree.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if node.value is None:
+                continue
+            seed = recorder._namespace_seed(node)
+            for h in recorder._node_event_hash_values(node)[:-(-len(node.key) // self.page_size)]:
+                out[(0, namespaced_block_hash(hash_str_to_int64(h), namespace_seed=seed))] = 0
+        return out
 
     def reset_cache(self) -> bool:
         if self._reqs:

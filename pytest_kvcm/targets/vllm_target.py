@@ -67,7 +67,8 @@ class VllmTarget(KVCacheTarget):
                 sliding_window=spec.sliding_window)))
         config = iface.KVCacheConfig(num_blocks=spec.num_pages, kv_cache_tensors=[], kv_cache_groups=groups)
         self.manager = kvm.KVCacheManager(config, max_model_len=spec.max_model_len, scheduler_block_size=ps,
-                                          hash_block_size=ps, enable_caching=spec.reuse)
+                                          hash_block_size=ps, enable_caching=spec.reuse,
+                                          enable_kv_cache_events=spec.events)
         self._hasher = utils.get_request_block_hasher(ps, sha256)
         self.page_size, self.total_pages = ps, spec.num_pages
         self._requests = {}
@@ -136,3 +137,23 @@ class VllmTarget(KVCacheTarget):
 
     def reset_cache(self) -> bool:
         return self.manager.reset_prefix_cache()
+
+    # ---- KV cache events (vllm/distributed/kv_events.py, emitted by v1/core/block_pool.py) -----------------------
+    supports_events = True
+    # vLLM PR #48933 (open): a hash may be cached in two blocks (no deduplication: block tables stay append-only),
+    # and evicting either copy sends BlockRemoved(hash) with no count of the copies left
+    event_findings = {"duplicate_copy": "vLLM PR #48933 / #55092 (open in 0.32.0): BlockRemoved for one physical copy "
+                                        "of a hash another block still caches; a router drops a block vLLM matches"}
+
+    def take_events(self) -> list:
+        from .events import from_vllm_like
+
+        return from_vllm_like(self.manager.take_events())
+
+    def cached_blocks(self) -> dict:
+        """Every key of the block pool's hash map (one per hash and group, however many blocks hold it), with the
+        hash as its events carry it."""
+        from vllm.v1.core import kv_cache_utils as utils
+
+        keys = self.manager.block_pool.cached_block_hash_to_block._cache
+        return {(utils.get_group_id(k), utils.maybe_convert_block_hash(utils.get_block_hash(k))): 0 for k in keys}

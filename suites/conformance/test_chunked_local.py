@@ -33,14 +33,14 @@ def build(version: str, blocks: int = 64, **cfg):
 @pytest.mark.parametrize("computed, skipped", [(13, 8), (8, 8), (7, 0)])
 def test_the_tokens_before_the_query_chunk_are_skipped(computed, skipped):
     """vLLM ``get_num_skipped_tokens``: chunk 8, 13 computed -> 8; 8 -> 8; 7 -> 0."""
-    assert ChunkedLocal(CHUNK).first_live_token(computed) == skipped
+    assert ChunkedLocal(CHUNK, tokens_per_block=TPB).first_live_token(computed) == skipped
 
 
 @pytest.mark.parametrize("max_length, null_blocks", [(15, 2), (16, 4)])
 def test_a_cache_hit_skips_the_blocks_before_the_last_chunk(max_length, null_blocks):
     """vLLM ``find_longest_cache_hit``: chunk 8, block 4; max length 15 -> [null, null] then lookups from block 2;
     max length 16 -> four null blocks."""
-    assert ChunkedLocal(CHUNK).stale_range(max_length, TPB) == (0, null_blocks)
+    assert ChunkedLocal(CHUNK, tokens_per_block=TPB).stale_range(max_length) == (0, null_blocks)
 
 
 @pytest.mark.parametrize("chunk, page, bound", [(8, 4, 3), (6, 4, 3), (64, 16, 5), (5, 4, 3), (7, 4, 4)])
@@ -49,7 +49,7 @@ def test_one_request_holds_a_chunk_at_its_worst_alignment_plus_one_page(chunk, p
     gcd(chunk, page): 6 on pages of 4 starts at offsets 0 and 2 (2 pages either way), 7 at offset 2 spans 3
     pages; plus the page of one token in flight past the chunk."""
     worst = max(-(-((k * chunk) % page + chunk) // page) for k in range(page))
-    assert ChunkedLocal(chunk).max_pages(page) == bound == worst + 1
+    assert ChunkedLocal(chunk, tokens_per_block=page).max_pages() == bound == worst + 1
 
 
 @pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
@@ -60,7 +60,7 @@ def test_v2_releases_the_earlier_chunk_at_the_boundary_and_v1_keeps_it(kvcm_vers
     mgr.begin_generation("a")
     mgr.end_generation("a", 16)                   # history 15: the in-flight token 15 is still in chunk [8, 16)
     chunked = lambda: mgr.block_table("a")[1]     # noqa: E731
-    releases = kvcm.versions.get(kvcm_version).releases_window_pages
+    releases = kvcm.versions.get(kvcm_version).cls.releases_window_pages
     assert chunked()[:2] == ([-1, -1] if releases else chunked()[:2]) and min(chunked()[:2]) == (-1 if releases else 0)
     mgr.begin_generation("a")                     # token 16 opens chunk [16, 24): pages 0-3 are stale
     mgr.end_generation("a", 17)
@@ -72,7 +72,7 @@ def test_v2_releases_the_earlier_chunk_at_the_boundary_and_v1_keeps_it(kvcm_vers
 
 def test_v2_holds_at_most_the_bound_at_every_step():
     mgr = build("v2", enable_block_reuse=False)
-    bound = mgr.layer_groups[1].max_window_blocks(TPB)
+    bound = mgr.layer_groups[1].max_pages()
     mgr.begin_context_chunk("a", 0, 3, 3)
     mgr.end_context_chunk("a", 3)
     for n in range(3, 120):
@@ -85,8 +85,8 @@ def test_v2_pool_holds_a_chunk_per_request():
     """The capacity rule: for ``max_tokens`` the full group holds the tokens, the chunked one B bounds."""
     mgr = build("v2")
     full, chunked = mgr.layer_groups
-    assert (full.num_blocks, chunked.num_blocks) == (64, 4 * ChunkedLocal(CHUNK).max_pages(TPB))
-    assert (chunked.name, chunked.attention, chunked.is_full, chunked.window) == ("chunk8", ChunkedLocal(8), False, None)
+    assert (full.num_blocks, chunked.num_blocks) == (64, 4 * ChunkedLocal(CHUNK, tokens_per_block=TPB).max_pages())
+    assert (chunked.name, chunked.attention, chunked.is_full, chunked.window) == ("chunk8", ChunkedLocal(8, tokens_per_block=TPB), False, None)
 
 
 def test_v2_reuses_a_prefix_whose_earlier_chunks_were_released():
@@ -122,6 +122,6 @@ def test_plan_sizes_a_chunked_model(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     by = {m["kvcm_version"]: m for m in out["managers"]}
     groups = {g["name"]: g for g in by["v2"]["final"]["groups"]}
-    assert groups["chunk1024"]["num_blocks"] == 8 * ChunkedLocal(1024).max_pages(32)
+    assert groups["chunk1024"]["num_blocks"] == 8 * ChunkedLocal(1024, tokens_per_block=32).max_pages()
     assert by["v2"]["max_concurrency"] >= by["v1"]["max_concurrency"]
 

@@ -29,6 +29,7 @@ def test_long_dummy_fills_what_two_short_dummies_leave(kvcm_version):
     assert mgr.get_num_available_tokens(token_num_upper_bound=4096, batch_size=3) == 192
 
 
+@pytest.mark.upstream("test_clamp_max_seq_len_counts_pages")
 def test_other_single_token_sequences_take_one_block_each():
     """Upstream ``test_clamp_max_seq_len_counts_pages`` (kv_cache_manager_v2 arena tests): at batch 4 the three
     other single-token sequences take one unit each (a page there, a block here). 16 blocks of 32: batch 1
@@ -40,6 +41,7 @@ def test_other_single_token_sequences_take_one_block_each():
 
 
 @pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
+@pytest.mark.upstream("test_clamp_max_seq_len_counts_pages")
 def test_bound_below_capacity_is_returned_unchanged(kvcm_version):
     """Upstream ``test_clamp_max_seq_len_counts_pages``: ``clamp_max_seq_len_for_mem(1, 500) == 500`` when the
     pool holds more than 500 tokens; the answer is the bound itself, not rounded to a block."""
@@ -48,6 +50,7 @@ def test_bound_below_capacity_is_returned_unchanged(kvcm_version):
 
 
 @pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
+@pytest.mark.upstream("test_real_v2_separates_logical_length_from_reused_physical_capacity")
 def test_max_tokens_caps_the_answer(kvcm_version):
     """Upstream ``test_real_v2_separates_logical_length_from_reused_physical_capacity``: ``max_tokens=9_280``,
     tpb 64, one layer of 2 KV heads x 16 (fp16): ``get_num_available_tokens(token_num_upper_bound=32_768)`` is
@@ -77,6 +80,7 @@ def test_explicit_max_tokens_caps_below_the_pool():
     assert mgr.get_num_available_tokens(token_num_upper_bound=10**4, max_num_draft_tokens=4) == 293
 
 
+@pytest.mark.upstream("test_the_sequence_length_clamp_does_not_depend_on_the_layer_subset")
 def test_the_clamp_does_not_depend_on_layer_widths():
     """Upstream ``test_the_sequence_length_clamp_does_not_depend_on_the_layer_subset``: the longest sequence a
     batch fits follows from the block counts and the life cycles alone. Two models with the same life cycles

@@ -21,6 +21,7 @@ def _specs(target_bytes: int, draft_bytes: int):
             ModelSpec.uniform(1, 1, draft_bytes // 4, name="draft"))
 
 
+@pytest.mark.upstream("test_gpu_budget_split_proportionally")
 def test_gpu_budget_split_proportionally():
     """``test_gpu_budget_split_proportionally``: 10 GiB, 100 bytes a token in all, 80 of them the target's:
     8 GiB for the target, 2 GiB for the draft, and the two add up to the budget."""
@@ -30,6 +31,7 @@ def test_gpu_budget_split_proportionally():
 
 
 @pytest.mark.parametrize("total", [10, 1001, 15 * GiB + 7])
+@pytest.mark.upstream("test_budgets_sum_to_original_with_gpu_and_host")
 def test_the_drafts_share_is_rounded_down(total):
     """``_compute_draft_budget_shares``: ``draft = budget * draft_slope // slope_total``, ``target = budget - draft``
     (``test_budgets_sum_to_original_with_gpu_and_host``: the shares add up). Target 8 bytes a token, draft 4: of

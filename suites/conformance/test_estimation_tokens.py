@@ -18,6 +18,7 @@ def _tokens(lengths, tpb=64, **kw):
     return trtllm_estimation_max_tokens(tpb, lengths, **kw)
 
 
+@pytest.mark.upstream("test_without_adp_all_blocks_counted")
 def test_without_adp_all_blocks_counted():
     """``test_without_adp_all_blocks_counted``: 4 requests of 128 tokens (+1 generated: 3 blocks of 64 each):
     4 x 3 x 64 = 768 tokens."""
@@ -25,12 +26,15 @@ def test_without_adp_all_blocks_counted():
 
 
 @pytest.mark.parametrize("tp_size", [2, 4, 8])
+@pytest.mark.upstream("test_adp_various_tp_sizes", "test_regression_without_fix_would_overcount")
 def test_adp_reduces_blocks_to_per_rank_share(tp_size):
     """``test_adp_various_tp_sizes`` / ``test_regression_without_fix_would_overcount``: with attention DP the
     tp_size copies of a 128-token dummy cost one rank ``ceil(3 tp / tp) = 3`` blocks, 192 tokens, not 192 x tp."""
     assert _tokens([128] * tp_size, attention_dp_size=tp_size) == 192 == _tokens([128])
 
 
+@pytest.mark.upstream("test_gemma4_hybrid_scales_by_num_pool_groups",
+                      "test_pool_scaling_prevents_mmmu_pro_underestimation")
 def test_two_pool_groups_double_the_estimate_and_hold_a_max_seq_len_request_each():
     """``test_gemma4_hybrid_scales_by_num_pool_groups`` and ``test_pool_scaling_prevents_mmmu_pro_underestimation``:
     S = 12288 at tpb 32, dummies of 12,287 and 1 tokens (+1 each: 384 + 1 blocks), CUDA-graph batch 4 but engine

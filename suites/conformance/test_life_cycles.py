@@ -9,6 +9,7 @@ import pytest
 
 import kvcm
 from kvcm.config import KvCacheConfig
+from kvcm.attention_types import FullAttention, SlidingWindow
 from kvcm.layer_groups import LayerGroup
 from kvcm.model_spec import LayerSpec, ModelSpec
 
@@ -20,25 +21,25 @@ from kvcm.versions import NAMES as ALL_VERSIONS
 def test_stale_range_keeps_the_in_flight_token(history, stale):
     """Source: ``AttnLifeCycle.get_stale_range``: ``[min(ceil(h / tpb), sinks), max(that, (h + 1 - W) // tpb))``,
     the ``+ 1`` being the in-flight token. Window 64, tpb 32: block 0 goes stale at history 95, not 94."""
-    group = LayerGroup(0, (0,), 64, 0, 2048)
-    assert group.stale_range(history, 32) == stale
+    group = LayerGroup(0, (0,), SlidingWindow(64, tokens_per_block=32), 2048)
+    assert group.stale_range(history) == stale
 
 
 def test_stale_range_keeps_sink_blocks():
     """Source: ``AttnLifeCycle.make`` turns sink tokens into ``div_up(num_sink_tokens, tpb)`` sink blocks, and
     the stale range starts after them: 16 sink tokens at tpb 32 keep block 0; at history 200 (window 64) blocks
     1, 2, 3 are stale."""
-    group = LayerGroup(0, (0,), 64, 16, 2048)
-    assert group.sink_blocks(32) == 1
-    assert group.stale_range(200, 32) == (1, 4)
-    assert group.stale_range(0, 32) == (0, 0)  # nothing held yet: the start is min(ceil(0 / 32), 1) = 0
+    group = LayerGroup(0, (0,), SlidingWindow(64, 16, tokens_per_block=32), 2048)
+    assert group.sink_pages() == 1
+    assert group.stale_range(200) == (1, 4)
+    assert group.stale_range(0) == (0, 0)  # nothing held yet: the start is min(ceil(0 / 32), 1) = 0
 
 
 def test_full_attention_has_no_stale_blocks():
     """Source: ``AttnLifeCycle.get_stale_range`` returns an empty range when ``window_size is None``."""
-    group = LayerGroup(0, (0,), None, 0, 2048)
-    assert group.stale_range(10**6, 32) == (0, 0)
-    assert group.blocks_needed(1000, 999, 32) == 32
+    group = LayerGroup(0, (0,), FullAttention(tokens_per_block=32), 2048)
+    assert group.stale_range(10**6) == (0, 0)
+    assert group.pages_needed(1000, 999) == 32
 
 
 @pytest.mark.parametrize("kvcm_version", ALL_VERSIONS)
@@ -75,4 +76,4 @@ def test_sink_tokens_that_round_to_the_same_blocks_share_a_life_cycle(sinks):
     layers = tuple(LayerSpec(1, 16, "bfloat16", 64, sink_tokens=s, model_layer=i) for i, s in enumerate(sinks))
     mgr = kvcm.KVCacheManagerV2(ModelSpec(layers), KvCacheConfig(max_gpu_total_bytes=2**20), max_batch_size=2,
                                 max_seq_len=4096, device="meta")
-    assert [(g.layers, g.sink_blocks(32)) for g in mgr.layer_groups] == [((0, 1), 1), ((2,), 2)]
+    assert [(g.layers, g.sink_pages()) for g in mgr.layer_groups] == [((0, 1), 1), ((2,), 2)]

@@ -23,6 +23,7 @@ def _mla(num_layers: int = 4) -> ModelSpec:
                                      "kv_lora_rank": 512, "qk_rope_head_dim": 64, "model_type": "deepseek_v3"})
 
 
+@pytest.mark.upstream("test_mapping.py::test_mapping")
 def test_ranks_and_groups_as_mapping_numbers_them():
     """``test_mapping.py::test_mapping`` (cp_size 1): tp 8 is one TP group of all ranks; tp 4 x pp 2 at rank 0 has
     TP group [0..3] and PP group [0, 4], first stage, neighbours 4 and 4; tp 2 x pp 4 at rank 6 has TP group

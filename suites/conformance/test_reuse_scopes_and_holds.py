@@ -27,6 +27,7 @@ def _scope(s):
 
 @pytest.mark.parametrize("version", BOTH)
 @pytest.mark.parametrize("cached", range(len(SCOPES)))
+@pytest.mark.upstream("test_reuse_scope_seeds_distinct_keys")
 def test_reuse_scopes_seed_distinct_keys(version, cached):
     """``test_reuse_scope_seeds_distinct_keys``: tokens [1, 2] cached under one of ReuseScope(), lora_id=0,
     salt=0, (0, 0), (7, 11) are found under that scope alone (the five roots are distinct)."""
@@ -38,6 +39,7 @@ def test_reuse_scopes_seed_distinct_keys(version, cached):
 
 
 @pytest.mark.parametrize("version", BOTH)
+@pytest.mark.upstream("test_radix_tree_match_is_scoped")
 def test_radix_tree_match_is_scoped(version):
     """``test_radix_tree_match_is_scoped``: [1, 2] under (lora 7, salt 11) matches 2 tokens there; under salt 12
     nothing, and nothing with a partial match of its first token either."""
@@ -52,6 +54,7 @@ def test_radix_tree_match_is_scoped(version):
 
 
 @pytest.mark.parametrize("version", BOTH)
+@pytest.mark.upstream("test_nvbug_6625710")
 def test_churn_never_detaches_blocks_a_live_request_holds(version):
     """``test_nvbug_6625710`` (attention analogue; TOKENS_PER_BLOCK 32, PROMPT_BLOCKS 2, CHURN_REQUESTS 100, four
     blocks a churn request): request A holds a two-block cached prefix whose tail is the eviction order's oldest

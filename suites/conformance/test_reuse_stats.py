@@ -21,6 +21,8 @@ def _stats(mgr, rid):
 
 
 @pytest.mark.parametrize("version", BOTH)
+@pytest.mark.upstream("test_context_and_generation_stats_are_reported",
+                      "test_v2_generation_alloc_updates_request_metrics_unlike_v1")
 def test_context_stats_are_reported(version):
     """``test_context_and_generation_stats_are_reported`` / ``test_v2_generation_alloc_updates_request_metrics_unlike_v1``
     (context part): 8 tokens, cold: alloc_total 2, alloc_new 2, missed 2."""
@@ -32,6 +34,7 @@ def test_context_stats_are_reported(version):
 
 
 @pytest.mark.parametrize("version", BOTH)
+@pytest.mark.upstream("test_block_reuse_disabled_records_generation_alloc")
 def test_block_reuse_disabled_still_counts_the_context(version):
     """``test_block_reuse_disabled_records_generation_alloc`` (context part): reuse off, 8 tokens: alloc_total 2,
     alloc_new 2, missed 2."""
@@ -41,6 +44,7 @@ def test_block_reuse_disabled_still_counts_the_context(version):
 
 
 @pytest.mark.parametrize("partial, expected", [(False, 8), (True, 9)])
+@pytest.mark.upstream("test_v2_propagates_partial_reuse_config")
 def test_v2_propagates_partial_reuse_config(partial, expected):
     """``test_v2_propagates_partial_reuse_config``: warmup 12 tokens, then 10: prepopulated 8 without partial
     reuse, 9 with it."""
@@ -54,6 +58,7 @@ def test_v2_propagates_partial_reuse_config(partial, expected):
     ("v1", dict(alloc_total=0, alloc_new=0, reused=3, missed=0)),
     ("v2", dict(alloc_total=1, alloc_new=1, reused=3, missed=0)),
 ])
+@pytest.mark.upstream("test_v2_partial_prompt_reuse_classification_matches_v1")
 def test_partial_prompt_reuse_classification(version, expected):
     """``test_v2_partial_prompt_reuse_classification_matches_v1``: warmup 12 tokens released, then 10: both
     versions reuse 3 blocks (2 full + 1 partial); V1 takes the partial leaf in place (nothing allocated), "V2
@@ -65,6 +70,7 @@ def test_partial_prompt_reuse_classification(version, expected):
     assert _stats(mgr, 2) == expected
 
 
+@pytest.mark.upstream("test_v2_partial_leaf_reuse_counts_reuse_with_private_copy")
 def test_v2_partial_leaf_reuse_counts_reuse_with_private_copy():
     """``test_v2_partial_leaf_reuse_counts_reuse_with_private_copy``: warmup 9 tokens (V2 commits the partial
     block [8] at context end), then 10: prepopulated 9, one token left to compute; alloc_total 1, alloc_new 1,
@@ -76,6 +82,7 @@ def test_v2_partial_leaf_reuse_counts_reuse_with_private_copy():
     assert _stats(mgr, 202) == dict(alloc_total=1, alloc_new=1, reused=3, missed=0)
 
 
+@pytest.mark.upstream("test_swa_context_reuse_stats_skip_stale_prefix_blocks")
 def test_v2_swa_context_reuse_skips_stale_prefix_blocks():
     """``test_swa_context_reuse_stats_skip_stale_prefix_blocks``: window 8, 16 tokens twice: prepopulated 15; the
     window needs only the last blocks: reused 2 (1 full + 1 partial), alloc_total 1, alloc_new 1 (the copy)."""
@@ -88,6 +95,7 @@ def test_v2_swa_context_reuse_skips_stale_prefix_blocks():
 
 
 @pytest.mark.parametrize("partial", [False, True])
+@pytest.mark.upstream("test_v2_propagates_partial_reuse_config")
 def test_dsv4_reuses_whole_blocks_whatever_partial_reuse_says(partial):
     """TensorRT-LLM ``DeepseekV4CacheManager._supports_partial_reuse = False`` ("full-block reuse stays enabled: a
     whole-block prefix lands on a row boundary for every ratio"), with the numbers of

@@ -36,6 +36,7 @@ def _reuse_test_prefix(stage: int):
     return mgr
 
 
+@pytest.mark.upstream("BlockManagerReuseTest")
 def test_first_request_gets_fresh_blocks_and_release_keeps_them_free():
     """``BlockManagerReuseTest`` part 1: [0..8] gets blocks 0, 1, 2 at context position 0; 3 allocated, 5 free;
     after ``releaseBlocks`` 0 allocated and all 8 free (cached blocks count as free)."""
@@ -46,6 +47,7 @@ def test_first_request_gets_fresh_blocks_and_release_keeps_them_free():
     assert (allocated(mgr), mgr.get_num_free_blocks()) == (0, 8)
 
 
+@pytest.mark.upstream("BlockManagerReuseTest")
 def test_same_prompt_reuses_two_blocks_and_its_duplicate_is_freed():
     """``BlockManagerReuseTest`` part 2: the same 9 tokens reuse blocks 0, 1 (position 2 * tpb = 8) and get a new
     block; "block 3 matches block 2 and will be freed": after release all 8 free, one copy of [8, 9] cached."""
@@ -57,6 +59,7 @@ def test_same_prompt_reuses_two_blocks_and_its_duplicate_is_freed():
     assert mgr.get_block_counts(0).reusable == 3
 
 
+@pytest.mark.upstream("BlockManagerReuseTest")
 def test_partial_last_block_is_taken_and_a_concurrent_request_gets_a_new_one():
     """``BlockManagerReuseTest`` part 3: [0..9] reuses 0, 1, 2(p) at position promptLen - 1 = 9; [0..10] at the
     same time reuses 0, 1 (position 8) and a new block: numBlocks + 1 = 4 allocated, 4 free. After both are
@@ -71,6 +74,7 @@ def test_partial_last_block_is_taken_and_a_concurrent_request_gets_a_new_one():
     assert (allocated(mgr), mgr.get_num_free_blocks()) == (0, 8)
 
 
+@pytest.mark.upstream("BlockManagerReuseTest")
 def test_shorter_and_longer_prompts_reuse_what_they_share():
     """``BlockManagerReuseTest`` parts 4-5: [0..4] reuses block 0 (position tpb = 4; 2 allocated, 6 free);
     [0..9, 11] reuses 0, 1 and the partial [8, 9] (position numTokens - 1 = 10); one block is shared by both
@@ -87,6 +91,7 @@ def test_shorter_and_longer_prompts_reuse_what_they_share():
     assert (allocated(mgr), mgr.get_num_free_blocks()) == (0, 8)
 
 
+@pytest.mark.upstream("BlockManagerReuseTest")
 def test_pool_sized_prompt_reuses_one_token_incidentally():
     """``BlockManagerReuseTest`` part 7: 8 * 4 - 1 = 31 zeros partly match the cached [0, 1, 2, 3] (one token; the
     block has children, so it is copied): position 1, all 8 blocks allocated, 0 free; all free after release."""
@@ -97,6 +102,7 @@ def test_pool_sized_prompt_reuses_one_token_incidentally():
     assert (allocated(mgr), mgr.get_num_free_blocks()) == (0, 8)
 
 
+@pytest.mark.upstream("BlockManagerReuseTest")
 def test_one_token_prompt_reuses_nothing():
     """``BlockManagerReuseTest`` part 8: a 1-token prompt cannot reuse its last token: position 0, 1 allocated,
     7 free."""
@@ -105,6 +111,7 @@ def test_one_token_prompt_reuses_nothing():
     assert (allocated(mgr), mgr.get_num_free_blocks()) == (1, 7)
 
 
+@pytest.mark.upstream("BlockManagerReuseWithLoraTaskIdTest")
 def test_lora_task_id_scopes_the_cache():
     """``BlockManagerReuseWithLoraTaskIdTest`` (16 blocks): [0..8] cached under LoRA 0; the same tokens under LoRA
     1 reuse nothing (position 0); [0..9, 11] under LoRA 1 then reuses its 0, 1, 2(p) (position promptLen - 2 = 9);
@@ -126,6 +133,7 @@ def test_lora_task_id_scopes_the_cache():
 
 
 @pytest.mark.parametrize("partial, expected", [(False, 8), (True, 9)])
+@pytest.mark.upstream("test_kv_cache_stats_behavior.py::test_v2_propagates_partial_reuse_config")
 def test_v1_partial_reuse_config_propagates(partial, expected):
     """``test_kv_cache_stats_behavior.py::test_v2_propagates_partial_reuse_config`` numbers on V1: a 12-token
     request released, then a 10-token one: 8 tokens reused without partial reuse, 9 with it (V1 stores the

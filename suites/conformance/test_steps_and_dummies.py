@@ -14,6 +14,7 @@ from _build import build, one_layer, v4
 from kvcm.versions import NAMES as ALL_VERSIONS
 
 
+@pytest.mark.upstream("test_update_resize_policy")
 def test_end_of_step_rewinds_rejected_drafts():
     """Upstream ``test_update_resize_policy`` (``update_resources``): capacity 256, 3 rejected draft tokens,
     201 tokens so far: ``resize(253, 200)``, capacity less the rewind and history = tokens - 1."""

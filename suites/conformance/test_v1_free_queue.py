@@ -18,6 +18,7 @@ def _ids(mgr, rid):
     return mgr.block_table(rid)[0]
 
 
+@pytest.mark.upstream("BlockManagerReuseTest")
 def test_block_manager_reuse_test_ids():
     """``BlockManagerReuseTest``: [0..8] gets 0, 1, 2; the same prompt reuses 0, 1 and gets 3 (released after 3
     of the first round, the free queue's front is 3); then [0..9] reuses 0, 1, 2 and [0..10] reuses 0, 1 and gets
@@ -40,6 +41,7 @@ def test_block_manager_reuse_test_ids():
     assert (allocated(mgr), mgr.get_num_free_blocks()) == (4, 4)
 
 
+@pytest.mark.upstream("BlockManagerReuseWithLoraTaskIdTest")
 def test_block_manager_reuse_with_lora_task_id_test_ids():
     """``BlockManagerReuseWithLoraTaskIdTest`` (16 blocks): LoRA 0 gets 0, 1, 2, then 0, 1, 3, then 0, 1, 4 and
     0, 1, 2 together; LoRA 1 on the same tokens reuses nothing and gets 5, 6, 7; LoRA 1 with [0..9, 11] reuses
@@ -69,6 +71,7 @@ def test_block_manager_reuse_with_lora_task_id_test_ids():
     assert add(mgr, 5, PROMPT) == 0 and _ids(mgr, 5) == [9, 10, 11]
 
 
+@pytest.mark.upstream("BlockManagerReuseWithCacheSaltIdTest")
 def test_block_manager_reuse_with_cache_salt_id_test_ids():
     """``BlockManagerReuseWithCacheSaltIdTest`` (16 blocks): no salt gets 0, 1, 2; salt 12345 reuses nothing and
     gets 3, 4, 5; salt 12345 again reuses 3, 4 (position 8) and gets 6; salt 67890 gets 7, 8, 9; no salt again
@@ -88,6 +91,7 @@ def test_block_manager_reuse_with_cache_salt_id_test_ids():
     assert add(mgr, 4, SALTED) == 8 and _ids(mgr, 4) == [0, 1, 10]
 
 
+@pytest.mark.upstream("KVCacheManagerDecodeBlockPriorityTest")
 def test_kv_cache_manager_decode_block_priority_test():
     """``KVCacheManagerDecodeBlockPriorityTest`` (8 blocks): request 0 (12 tokens, priority 90, decode 90) takes
     0, 1, 2 and block 3 for its first generated token; request 1 (priority 5, decode 5) takes 4, 5, 6 and 7 (free
@@ -113,6 +117,7 @@ def test_kv_cache_manager_decode_block_priority_test():
     assert add(mgr, 3, list(range(12))) == 11
 
 
+@pytest.mark.upstream("KVCacheManagerLeafBlockTest")
 def test_kv_cache_manager_leaf_block_test():
     """``KVCacheManagerLeafBlockTest`` (4 blocks): [0..3] plus one generated token holds 0, 1; a new prompt then
     gets block 2 (the front of the queue, not a released one); a 12-token prompt takes 3, 1 and 0; after both
@@ -147,7 +152,7 @@ def test_cached_blocks_released_first_go_before_empty_blocks_released_later():
     mgr = manager("v1", blocks=8)
     add(mgr, 0, PROMPT)
     mgr.free_resources(0)
-    assert mgr.pools[0].queue.queued() == [3, 4, 5, 6, 7, 2, 1, 0]
+    assert mgr.pools[0].queue.order() == [3, 4, 5, 6, 7, 2, 1, 0]
     mgr.begin_context_chunk("a", 0, 20, 20)
     assert _ids(mgr, "a") == [3, 4, 5, 6, 7]
     mgr.free_resources("a")

@@ -26,6 +26,7 @@ def _gen(mgr, rid, *tokens):
         mgr.end_generation(rid, history + 2)
 
 
+@pytest.mark.upstream("KVCacheManagerLeafBlockWithDependentTest")
 def test_kv_cache_manager_leaf_block_with_dependent_test():
     """``KVCacheManagerLeafBlockWithDependentTest`` (4 primary, 1 secondary; the middle block's priority 75 set
     through a token range rather than ``setPriority``): with [0..11] released, blocks 2 and 0 (35) go before 1
@@ -46,10 +47,14 @@ def test_kv_cache_manager_leaf_block_with_dependent_test():
     assert mgr.get_cache_block_ids(1) == [[3, 4, 2]] and _tier(mgr) == (2, 0, 1)
 
 
+@pytest.mark.upstream("KVCacheManagerSecondaryBlockPrimaryChildTest", differs="reuse: host tier onboarding order")
 def test_kv_cache_manager_secondary_block_primary_child_test():
     """``KVCacheManagerSecondaryBlockPrimaryChildTest`` (4 primary, 4 secondary): request 1 uses blocks 3, 4, 5
     (blocks 2 and 1 offloaded, their memory reused); [0..3] reuses 3 tokens and gets block 6; after it decodes
-    [4..7, 0, 0], [0..7, 0, 0] recovers all 9 matching tokens."""
+    [4..7, 0, 0], [0..7, 0, 0] reuses 9 tokens here, where upstream EXPECTs 4: its onboard of block 0 offloads
+    block 3 into the host page that held block 1, which leaves the tree before the walk reaches it (its FIXME: "If
+    addressed, this should be 9"). kvcm claims every matched host block before bringing any back
+    (docs/semantics.md 10, "reuse: host tier onboarding order")."""
     mgr = manager("v1", blocks=4, host_blocks=4)
     add(mgr, 0, list(range(12)))
     mgr.free_resources(0)
@@ -62,6 +67,7 @@ def test_kv_cache_manager_secondary_block_primary_child_test():
     assert add(mgr, 3, [0, 1, 2, 3, 4, 5, 6, 7, 0, 0]) == 9
 
 
+@pytest.mark.upstream("KVCacheManagerEventStream")
 def test_kv_cache_manager_event_stream_tier_moves():
     """``KVCacheManagerEventStream`` (8 primary, 2 secondary; the moves its events report): two 13-token prompts
     after [0..9] and [0..8] (LoRA 42) offload 3 blocks and drop the first offloaded one from the host; then
@@ -84,6 +90,7 @@ def test_kv_cache_manager_event_stream_tier_moves():
     assert mgr.get_request_stats(4).reused_blocks == 1 and mgr.get_kv_cache_stats().reused_host_blocks == 1
 
 
+@pytest.mark.upstream("LRUPolicyTest.NumFreeBlocksTest")
 def test_lru_policy_num_free_blocks_test():
     """``LRUPolicyTest.NumFreeBlocksTest`` (8 primary, 4 secondary): each level counts its own free blocks; taking
     a primary block leaves the secondary count alone."""
@@ -94,6 +101,7 @@ def test_lru_policy_num_free_blocks_test():
 
 
 @pytest.mark.parametrize("priority, offloaded", [(5, 0), (29, 0), (30, 1), (35, 1)])
+@pytest.mark.upstream("LRUPolicyTest.PriorityTest")
 def test_lru_policy_priority_test_offload_threshold(priority, offloaded):
     """``LRUPolicyTest.PriorityTest`` (the offload half) and ``evictionPolicy.cpp`` ``getFreeBlock``: a block is
     offloaded only at a priority >= ``secondary_offload_min_priority`` (default 30; the code tests >=)."""
@@ -115,6 +123,7 @@ def test_onboard_blocks_off_offloads_nothing():
     assert _tier(mgr) == (0, 0, 0) and add(mgr, 2, list(range(5))) == 0
 
 
+@pytest.mark.upstream("LRUPolicyTest.ClaimAfterSwapDoesNotCorruptQueues")
 def test_claim_after_swap_keeps_each_level_counted():
     """``LRUPolicyTest.ClaimAfterSwapDoesNotCorruptQueues`` (PR #12297, issue #11879: free > max, used < 0): after
     offloads and an onboard the free counts of both levels stay within their pools and add up."""

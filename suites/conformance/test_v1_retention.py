@@ -32,6 +32,7 @@ def _timed(mgr) -> Clock:
     ((Range(0, None, 80), Range(64, 128, 80)), "token_range_retention_configs[0].token_end"),   # invalid EOS
     ((Range(0, 64, 80), Range(30, 128, 80)), "token_range_retention_configs[0].token_end"),     # overlap
 ])
+@pytest.mark.upstream("KvCacheRetentionConfigTest.InitializeTest")
 def test_retention_config_initialize_test(ranges, field):
     """``KvCacheRetentionConfigTest.InitializeTest``: an open range before another, and overlapping ranges, are
     refused (a ``ConfigError`` naming the field)."""
@@ -39,6 +40,7 @@ def test_retention_config_initialize_test(ranges, field):
         Retention(token_range_retention_configs=ranges)
 
 
+@pytest.mark.upstream("KvCacheRetentionConfigTest.InitializeTest")
 def test_retention_config_range_must_have_a_positive_length():
     """``KvCacheRetentionConfigTest.InitializeTest``: ``TokenRangeRetentionConfig(64, 32, 80)`` is refused."""
     with pytest.raises(kvcm.ConfigError, match="token_end=32"):
@@ -57,6 +59,7 @@ def test_retention_config_range_must_have_a_positive_length():
     ([(127, 193, 80)], 64, 32, [None]),
     ([(1, None, 80)], 64, 128, [None, 80]),
 ])
+@pytest.mark.upstream("KvCacheRetentionConfigTest.BlockConfigTest")
 def test_retention_config_block_config_test(ranges, block, seq_len, expected):
     """``KvCacheRetentionConfigTest.BlockConfigTest``: a block takes the range that holds its first token."""
     cfg = Retention(token_range_retention_configs=tuple(Range(*r) for r in ranges))
@@ -64,6 +67,7 @@ def test_retention_config_block_config_test(ranges, block, seq_len, expected):
 
 
 # ---- LRUPolicyTest (one level: the primary pool) ----------------------------------------------------------------
+@pytest.mark.upstream("LRUPolicyTest.ReleaseBlockTest")
 def test_lru_policy_release_block_test():
     """``LRUPolicyTest.ReleaseBlockTest``: a block released to the front is handed out next; released to the back,
     it is not."""
@@ -77,6 +81,7 @@ def test_lru_policy_release_block_test():
     assert pool.queue.peek() != block
 
 
+@pytest.mark.upstream("LRUPolicyTest.LRUTest")
 def test_lru_policy_lru_test():
     """``LRUPolicyTest.LRUTest``: blocks 1 and 2 released (2 first) come back after the other six, 2 then 1."""
     pool = QueuedBlockPool(8, 16)
@@ -87,6 +92,7 @@ def test_lru_policy_lru_test():
     assert pool.allocate(1) == [block2] and pool.allocate(1) == [block1]
 
 
+@pytest.mark.upstream("LRUPolicyTest.PriorityTest")
 def test_lru_policy_priority_test():
     """``LRUPolicyTest.PriorityTest`` (the order half): of a priority-80 and a priority-5 block released in that
     order, the priority-5 one is handed out first."""
@@ -98,6 +104,7 @@ def test_lru_policy_priority_test():
     assert pool.queue.peek() == block2
 
 
+@pytest.mark.upstream("LRUPolicyTest.TimedBlockTest")
 def test_lru_policy_timed_block_test():
     """``LRUPolicyTest.TimedBlockTest``: a priority-80 block with 1 ms keeps 80 until the clock passes its release
     + 1 ms, then falls to 35; of blocks released at t=5 with (80, 3 ms) and (50, 8 ms), the 50 one goes first at t=5
@@ -123,6 +130,7 @@ def test_lru_policy_timed_block_test():
 
 
 # ---- kvCacheManagerTest --------------------------------------------------------------------------------------------
+@pytest.mark.upstream("BlockManagerBlockPriorityTest")
 def test_block_manager_block_priority_test():
     """``BlockManagerBlockPriorityTest`` (4 blocks): [0..7] with ranges (0, 4, 90) and (4, 8, 10), [8..15] at 35;
     [16..23] at 20 evicts the priority-10 block and one of [8..15]'s; [8..15] then reuses 4 tokens, [0..7] reuses
@@ -143,6 +151,7 @@ def test_block_manager_block_priority_test():
     assert add(mgr, 5, list(range(16, 24))) == 0
 
 
+@pytest.mark.upstream("KVCacheManagerTimedEvictionTest")
 def test_kv_cache_manager_timed_eviction_test():
     """``KVCacheManagerTimedEvictionTest`` (8 blocks): [0..11] at priority 80 for 10 ms and [12..23] at 50; 50 ms
     later ``refreshBlocks`` drops the first to 35, so a 12-token prompt evicts them and [12..23] still reuses up
@@ -162,6 +171,7 @@ def test_kv_cache_manager_timed_eviction_test():
     assert add(mgr, 3, list(range(12, 24))) == 11
 
 
+@pytest.mark.upstream("KVCacheManagerDecodeTimedEvictionTest")
 def test_kv_cache_manager_decode_timed_eviction_test():
     """``KVCacheManagerDecodeTimedEvictionTest`` (9 blocks): a request at 50 with three decode tokens, then [0..11]
     whose decode block has priority 100 for 20 ms; after 50 ms that block is back at 35, so an 8-token prompt
@@ -184,6 +194,7 @@ def test_kv_cache_manager_decode_timed_eviction_test():
     assert add(mgr, 3, list(range(12))) == 8
 
 
+@pytest.mark.upstream("GetPriorityByBlockId")
 def test_get_priority_by_block_id():
     """``GetPriorityByBlockId``: a stored context block reports the request's priority (80); -1 and 9999 report
     the default 35."""
@@ -195,6 +206,7 @@ def test_get_priority_by_block_id():
     assert mgr.get_priority_by_block_id(-1) == 35 and mgr.get_priority_by_block_id(9999) == 35
 
 
+@pytest.mark.upstream("KVCacheManagerEventStreamPriority")
 def test_kv_cache_manager_event_stream_priority():
     """``KVCacheManagerEventStreamPriority`` (the priorities its events carry): [0..7] stores its blocks at 50; the
     same tokens without a config keep them at 50; with a range at 10 the reused blocks change to 10."""
@@ -211,6 +223,7 @@ def test_kv_cache_manager_event_stream_priority():
     assert [mgr.get_priority_by_block_id(b) for b in mgr.block_table(2)[0]] == [10, 10]
 
 
+@pytest.mark.upstream("KVCacheManagerRewindTokensTest")
 def test_kv_cache_manager_rewind_tokens_test():
     """``KVCacheManagerRewindTokensTest`` (reuse off, tpb 64, 80 blocks): a 575-token context holds 9 blocks (71
     free); the 577th token takes a 10th (70); rewinding 4 of 580 tokens gives it back (71); then eight requests each

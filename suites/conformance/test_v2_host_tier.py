@@ -9,6 +9,8 @@ The tier-attribution cases come from upstream's storage-tier attribution harness
 
 from __future__ import annotations
 
+import pytest
+
 from _reuse_steps import add, manager
 
 import kvcm
@@ -33,6 +35,7 @@ def _push_down(mgr, rid, first: int, blocks: int) -> None:
     mgr.free_resources(rid)
 
 
+@pytest.mark.upstream("test_storage_manager.py::TestStorageManagerInit::test_gpu_and_host_tiers")
 def test_gpu_and_host_tiers():
     """``test_storage_manager.py::TestStorageManagerInit::test_gpu_and_host_tiers``: a GPU and a host tier make two
     cache levels with the same pool groups (here a sliding and a full group, each with its host pages)."""
@@ -51,6 +54,7 @@ def test_gpu_and_host_tiers():
         assert host.free == host.available == host.total and host.evictable == 0
 
 
+@pytest.mark.upstream("test_hits_on_gpu_resident_blocks_are_attributed_to_gpu")
 def test_hits_on_gpu_resident_blocks_are_attributed_to_gpu():
     """Tier-attribution harness ``test_hits_on_gpu_resident_blocks_are_attributed_to_gpu``: a 4-block prompt
     committed, then the same prompt and one token more: all 4 blocks reused from the GPU, none from the host, no
@@ -63,6 +67,7 @@ def test_hits_on_gpu_resident_blocks_are_attributed_to_gpu():
     assert _stats(mgr) == (0, 0, 0)
 
 
+@pytest.mark.upstream("test_hits_served_from_host_are_attributed_to_host")
 def test_hits_served_from_host_are_attributed_to_host():
     """Tier-attribution harness ``test_hits_served_from_host_are_attributed_to_host``: the committed prompt's pages
     leave a small GPU level for the host; the same prompt again reuses all 4 blocks, at least 3 of them from the
@@ -78,6 +83,7 @@ def test_hits_served_from_host_are_attributed_to_host():
     assert s.onboarded_blocks == s.reused_host_blocks
 
 
+@pytest.mark.upstream("test_hits_served_from_host_are_attributed_to_host")
 def test_hits_served_from_a_full_host_are_attributed_to_host():
     """Tier-attribution harness ``test_hits_served_from_host_are_attributed_to_host``, with a host level exactly the
     prompt's size: the GPU slots the migration needs push other pages down into a full host, which must make room
@@ -91,6 +97,7 @@ def test_hits_served_from_a_full_host_are_attributed_to_host():
     assert mgr.get_request_stats(2).reused_blocks == 4 and s.reused_host_blocks == s.onboarded_blocks == 4
 
 
+@pytest.mark.upstream("test_kv_cache_tier_attribution.py::test_setup_for_reuse_mixed_tiers_single_lifecycle")
 def test_setup_for_reuse_mixed_tiers_single_lifecycle():
     """``test_kv_cache_tier_attribution.py::test_setup_for_reuse_mixed_tiers_single_lifecycle``: a match whose
     blocks are partly on the GPU and partly on the host reuses them all and attributes each to its level (the
@@ -105,6 +112,7 @@ def test_setup_for_reuse_mixed_tiers_single_lifecycle():
     assert (s.reused_host_blocks, s.onboarded_blocks) == (1, 1)
 
 
+@pytest.mark.upstream("test_kv_cache_tier_attribution.py::test_setup_for_reuse_sliding_window_stale_range")
 def test_setup_for_reuse_sliding_window_stale_range():
     """``test_kv_cache_tier_attribution.py::test_setup_for_reuse_sliding_window_stale_range``: in a sliding window
     the matched blocks before the window are reused without being loaded, so stale blocks on the host are not
@@ -122,6 +130,7 @@ def test_setup_for_reuse_sliding_window_stale_range():
     assert mgr.block_table("hit")[0][:2] == [-1, -1]
 
 
+@pytest.mark.upstream("test_kv_cache_stats_life_cycles.py::test_offload_is_recorded_for_every_life_cycle")
 def test_offload_is_recorded_for_every_life_cycle():
     """``test_kv_cache_stats_life_cycles.py::test_offload_is_recorded_for_every_life_cycle`` (attention): a page
     migrated from the GPU to the host level is one offloaded block."""
@@ -135,6 +144,7 @@ def test_offload_is_recorded_for_every_life_cycle():
     assert (gpu.free, gpu.reusable, gpu.in_use) == (0, 3, 0)
 
 
+@pytest.mark.upstream("test_kv_cache_stats_life_cycles.py::test_host_drop_is_recorded_for_every_life_cycle")
 def test_host_drop_is_recorded_for_every_life_cycle():
     """``test_kv_cache_stats_life_cycles.py::test_host_drop_is_recorded_for_every_life_cycle``: the host level,
     full, evicts its own least recently arrived page to take a fallen one: one host-dropped block, and the
@@ -149,6 +159,7 @@ def test_host_drop_is_recorded_for_every_life_cycle():
     assert mgr.add_sequence(3, _prompt(0, 1, 1)) == 0
 
 
+@pytest.mark.upstream("test_kv_cache_stats_life_cycles.py::test_onboard_counts_globally_only_for_attention")
 def test_onboard_counts_globally_only_for_attention():
     """``test_kv_cache_stats_life_cycles.py::test_onboard_counts_globally_only_for_attention`` (attention): a page
     migrated back from the host is an allocation, in alloc_total and alloc_new, beside the reuse it serves."""
@@ -164,6 +175,7 @@ def test_onboard_counts_globally_only_for_attention():
     assert (stats.alloc_total_blocks, stats.alloc_new_blocks) == (2, 1)
 
 
+@pytest.mark.upstream("test_storage_manager.py::TestSlotAllocatorOffset::test_recycled_slot_preserves_offset_slot_id")
 def test_recycled_slot_preserves_offset_slot_id():
     """``test_storage_manager.py::TestSlotAllocatorOffset::test_recycled_slot_preserves_offset_slot_id``: a host
     slot given back (here by a migration back to the GPU) is handed out again before any never-used slot
@@ -181,6 +193,7 @@ def test_recycled_slot_preserves_offset_slot_id():
     assert host.free_order() == [2, 3]
 
 
+@pytest.mark.upstream("test_block_radix_tree_stale_prune.py::TestStaleTailPrune::test_tip_with_no_live_page_anywhere_is_pruned")
 def test_tip_with_no_live_page_anywhere_is_pruned():
     """``test_block_radix_tree_stale_prune.py::TestStaleTailPrune::test_tip_with_no_live_page_anywhere_is_pruned``,
     on the full-attention branch its note names (``clear_stale_blocks_after_page_unlink`` -> ``remove_subtree`` for

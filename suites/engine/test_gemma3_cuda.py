@@ -23,7 +23,7 @@ from pytest_kvcm.parity import compare_outputs
 from test_gemma3_parity import WINDOW, fewshot_ids
 from kvcm.versions import NAMES as ALL_VERSIONS
 
-pytestmark = pytest.mark.gpu(count=1)
+pytestmark = [pytest.mark.gpu(count=1), pytest.mark.post_merge]   # the GPU lane's models stage: the weights staged
 TPB = 16
 
 

@@ -54,6 +54,7 @@ def test_plan_at_one_gib_v2_fits_more_than_v1(capsys):
     assert v2["max_concurrency"] == 18 > v1["max_concurrency"]
 
 
+@pytest.mark.post_merge
 def test_loaded_model_agrees_with_the_embedded_spec():
     model, tok = require_gemma3()
     assert type(model).__name__ == "Gemma3ForCausalLM"

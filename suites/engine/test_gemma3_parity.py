@@ -77,6 +77,7 @@ def released_by_formula(prompt_len: int, num_out: int) -> int:
     return max(0, (last_history + 1 - WINDOW) // TPB)
 
 
+@pytest.mark.post_merge
 def test_prompts_inside_and_across_the_window_chunked(gemma3, greedy_parity):
     model, tok = gemma3
     # 120 tokens stay inside the window; 600 cross it, and chunks of 200 put a chunk edge across position 512

@@ -69,10 +69,10 @@ def test_tiny_llama4_matches_hf(model, max_num_tokens):
         assert [o.token_ids for o in outs] == [r.token_ids for r in ref], version
         local, full = llm.page_usage
         assert (local.name, full.name) == (f"chunk{chunk}", "full")
-        releases = versions.get(version).releases_window_pages
+        releases = versions.get(version).cls.releases_window_pages
         assert (local.released_stale > 0) == releases and full.released_stale == 0, (version, local)
         if releases:
-            assert local.peak_held <= len(prompts) * ChunkedLocal(chunk).max_pages(TPB) < full.peak_held
+            assert local.peak_held <= len(prompts) * ChunkedLocal(chunk, tokens_per_block=TPB).max_pages() < full.peak_held
 
 
 def test_a_mixture_of_experts_llama4_matches_hf():
@@ -96,7 +96,7 @@ def test_v2_gives_back_the_pages_of_each_chunk_left(model, version):
         prompt = random_prompts(length, [length])[0]
         llm.generate([prompt], _params())           # page_usage counts from the start of each generate
         history = length + NEW - 1                  # after the last step: all but the last sampled token
-        want = (history // chunk * chunk) // TPB if versions.get(version).releases_window_pages else 0
+        want = (history // chunk * chunk) // TPB if versions.get(version).cls.releases_window_pages else 0
         assert llm.page_usage[0].released_stale == want, (length, llm.page_usage[0])
 
 
@@ -141,6 +141,7 @@ def test_temperature_tuning_at_the_true_positions(model, version):
                 m.attn_temperature_tuning, m.floor_scale = config.attn_temperature_tuning, config.floor_scale
 
 
+@pytest.mark.cpu_only
 @pytest.mark.slow
 def test_tiny_llama4_under_the_triton_interpreter():
     """The parity gate through the Triton attention kernel (its chunk mask), executed by the interpreter: the

@@ -99,6 +99,7 @@ def test_missing_smollm2_raises_with_install_hint(monkeypatch, tmp_path):
     assert issubclass(ModelNotInstalled, RuntimeError)
 
 
+@pytest.mark.post_merge
 def test_smollm2_loads_from_converted_cache(monkeypatch):
     model, tok = require_smollm2()
     cache = models.smollm2_cache_dir()

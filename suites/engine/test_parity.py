@@ -163,6 +163,7 @@ def smollm2():
     return require_smollm2()
 
 
+@pytest.mark.post_merge
 def test_smollm2_v1_v2_hf_parity(smollm2, greedy_parity):
     model, tok = smollm2
     prompts = [chat_prompt_ids(tok, q) for q in QUESTIONS]

@@ -40,7 +40,7 @@ from kvcm.versions import NAMES as ALL_VERSIONS
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
 from _real_gsm8k import REAL  # noqa: E402
 
-pytestmark = pytest.mark.gpu(count=1)
+pytestmark = [pytest.mark.gpu(count=1), pytest.mark.post_merge]   # the GPU lane's models stage: the weights staged
 TPB = 16
 NEW = 32
 VERSIONS = pytest.mark.parametrize("version", ALL_VERSIONS)

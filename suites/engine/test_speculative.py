@@ -199,6 +199,7 @@ def test_acceptance_length_tripwire(target, prompts, kvcm_results):
 
 # ---- SmolLM2 -------------------------------------------------------------------------------------------------
 
+@pytest.mark.post_merge
 @pytest.mark.parametrize("drafter", ["model", "ngram"])
 def test_smollm2_speculative(drafter, greedy_parity, kvcm_results):
     model, tok = require_smollm2()

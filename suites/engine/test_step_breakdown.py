@@ -15,7 +15,7 @@ ARGS = ["--model", "tiny", "--device", "cpu", "--batch", "4", "--prompt-len", "1
         "--mixed-tokens", "16", "--mixed-new", "8", "--reps", "1"]
 # every class a llama layer has on the torch path (its rotary too: the cos/sin module and their products)
 CLASSES = {"embedding", "rmsnorm", "qkv_proj", "rotary", "kv_write", "attention", "o_proj", "residual_add",
-           "gate_up_proj", "silu_mul", "down_proj", "lm_head", "glue"}
+           "gate_up_proj", "silu_mul", "down_proj", "lm_head", "sampler", "glue"}
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +95,38 @@ def test_cuda_kernels_take_the_class_of_the_range_their_launching_op_was_in():
     assert table.order == [("qkv_proj", "gemm_kernel"), ("attention", "elementwise_kernel"),
                            ("attention", "_paged_attention_kernel"), ("glue", "memset")]
     assert table.by_class() == {"qkv_proj": 6, "attention": 22, "glue": 1}
+
+
+def test_kernels_without_a_linked_op_take_the_class_of_their_launch():
+    """cuBLAS launches its ``nvjet`` GEMMs through the driver, and the profiler may not link such a kernel to its
+    op (an H100 profile filed every projection of the fused layers as glue). Such a kernel takes the class of its
+    own launch call when the profiler recorded one, else of the GEMM op no kernel is linked to between the same
+    linked neighbours (a split-K pair both), else glue; and the ranges' GPU-side copies, in device time, never
+    decide a class."""
+    from types import SimpleNamespace
+
+    import _kernel_table as kt
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import Interval
+
+    def ev(name, device, start, end, id_=0, linked=0):
+        return SimpleNamespace(name=name, device_type=device, id=id_, linked_correlation_id=linked,
+                               time_range=Interval(start, end), self_cpu_time_total=end - start)
+    cpu, gpu = DeviceType.CPU, DeviceType.CUDA
+    ranges = [ev(f"kvcm_step::{c}", cpu, a, b, 90 + i) for i, (c, a, b) in
+              enumerate([("qkv_proj", 10, 20), ("attention", 22, 28), ("o_proj", 30, 40), ("down_proj", 50, 60),
+                         ("sampler", 70, 80)])]
+    host = [ev("aten::mm", cpu, 12, 14, 3), ev("cuLaunchKernelEx", cpu, 13, 13.5, 600),    # a launch call, unlinked
+            ev("aten::add", cpu, 25, 26, 4), ev("aten::mm", cpu, 32, 34, 5), ev("aten::add", cpu, 45, 46, 6),
+            ev("aten::addmm", cpu, 52, 55, 7), ev("aten::max", cpu, 72, 73, 8),
+            ev("kvcm_step::rmsnorm", gpu, 31, 33, 0)]             # a range's GPU-side copy, over the o_proj op
+    kernels = [("nvjet_tst_a", 600, 0), ("elementwise_kernel", 601, 4), ("nvjet_tst_b", 602, 0),
+               ("vectorized_add", 603, 6), ("nvjet_tst_c", 604, 0), ("splitKreduce_kernel", 605, 0),
+               ("reduce_kernel", 606, 8), ("memset", 607, 0)]
+    events = ranges + host + [ev(name, gpu, 100 + 2 * i, 101 + 2 * i, id_, linked)
+                              for i, (name, id_, linked) in enumerate(kernels)]
+    table = kt.attribute(SimpleNamespace(events=lambda: events), 1, cuda=True)
+    assert table.order == [("qkv_proj", "nvjet_tst_a"), ("attention", "elementwise_kernel"),
+                           ("o_proj", "nvjet_tst_b"), ("glue", "vectorized_add"), ("down_proj", "nvjet_tst_c"),
+                           ("down_proj", "splitKreduce_kernel"), ("sampler", "reduce_kernel"), ("glue", "memset")]
+    assert table.links == {"op": 3, "launch call": 1, "launch order": 3, "none": 1}

@@ -32,6 +32,7 @@ def device():
     pytest.skip("no CUDA here: test_kernels_under_the_triton_interpreter runs this under the interpreter")
 
 
+@pytest.mark.cpu_only
 @pytest.mark.slow
 def test_kernels_under_the_triton_interpreter(kvcm_progress):
     """About 80 s on a 2-core CPU: a progress bar moves as each test of the inner run ends (read from its ``-v``

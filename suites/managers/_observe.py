@@ -211,3 +211,25 @@ def all_free_after_reset(mgr) -> None:
                                              "copy landed: pages are still held"
     for g, pool in enumerate(mgr.pools):
         assert pool.num_free == pool.num_blocks, f"group {g}: {pool.num_blocks - pool.num_free} blocks never free"
+
+
+class RouterIndex:
+    """A router's index of ``mgr`` fed its KV cache events (``kvcm.events.shadow``): built from the blocks the
+    manager would match now (its earlier events drained), then called after each call, it reads the call's events
+    and asserts the index holds exactly the blocks the manager would match."""
+
+    def __init__(self, mgr):
+        from kvcm.events.shadow import ShadowIndex, cached_blocks
+
+        mgr.flush_iteration_events()
+        mgr.get_latest_events(0)
+        self.shadow = ShadowIndex(cached_blocks(mgr))
+
+    def __call__(self, mgr) -> list:
+        from kvcm.events.shadow import cached_blocks, differences
+
+        mgr.flush_iteration_events()
+        events = mgr.get_latest_events(0)
+        problems = differences(self.shadow.apply(events), cached_blocks(mgr))
+        assert not problems, f"events {[e.kind for e in events]} leave the router's index wrong: {problems}"
+        return events

@@ -5,6 +5,7 @@ suite or an engine test."""
 import pytest
 
 import kvcm
+from kvcm.attention_types import SlidingWindow
 from kvcm.layer_groups import LayerGroup, ceil_div
 
 from _manager_specs import build, swa_spec, tiny_spec
@@ -57,8 +58,8 @@ def test_sliding_layers_get_their_own_window_pool():
 def test_sliding_window_bound_is_one_window():
     """vLLM issue #49878: one request's sliding-window bound is its window (unaligned: + 1 block), counted once."""
     for window, tpb, sinks, expected in ((64, 32, 0, 3), (40, 16, 0, 4), (64, 32, 4, 4)):
-        group = LayerGroup(0, (0,), window, sinks, 1)
-        assert group.max_window_blocks(tpb) == expected == ceil_div(window, tpb) + 1 + ceil_div(sinks, tpb)
+        group = LayerGroup(0, (0,), SlidingWindow(window, sinks, tokens_per_block=tpb), 1)
+        assert group.max_pages() == expected == ceil_div(window, tpb) + 1 + ceil_div(sinks, tpb)
 
 
 @pytest.mark.parametrize("batch", [1, 4])

@@ -12,6 +12,7 @@ import pytest
 
 import kvcm
 from kvcm.config import BatchDesc, KVCacheDesc, KvCacheConfig
+from kvcm.attention_types import SlidingWindow
 from kvcm.layer_groups import LayerGroup
 from kvcm.model_spec import LayerSpec, ModelSpec
 from kvcm.warmup import cuda_graph_batch_sizes, warmup_shapes
@@ -202,7 +203,8 @@ def test_v2_budget_exceeded_names_constraint_bytes_budget(kvcm_version):
 
 # ---- 4.1 stale sliding-window blocks: [min(ceil(h/tpb), sink_blocks), max(that, (h + 1 - W) // tpb)) ----------
 def _group(window, sinks):
-    return LayerGroup(index=0, layers=(0,), window=window, sink_tokens=sinks, bytes_per_block=1)
+    return LayerGroup(index=0, layers=(0,), attention=SlidingWindow(window, sinks, tokens_per_block=32),
+                      bytes_per_block=1)
 
 
 @pytest.mark.parametrize("h, sinks, expected", [
@@ -219,7 +221,7 @@ def _group(window, sinks):
     (20, 40, (1, 1)),   # lo = min(ceil(20/32) = 1, 2) = 1, hi = max(1, -1) = 1
 ])
 def test_stale_range_formula(h, sinks, expected):
-    assert _group(64, sinks).stale_range(h, 32) == expected
+    assert _group(64, sinks).stale_range(h) == expected
 
 
 def test_stale_blocks_released_by_v2_resize():

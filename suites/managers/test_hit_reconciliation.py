@@ -66,7 +66,7 @@ def test_a_shorter_hit_moves_the_window_back_over_a_lost_block():
     n = mgr.add_sequence("q", PROMPT)
     assert n == 1 * TPB, f"a hit of {n} tokens: the window at token {n} reads a block it does not hold"
     table, window = mgr.block_table("q"), mgr.layer_groups[1]
-    lo, hi = window.stale_range(n, TPB)
+    lo, hi = window.stale_range(n)
     for i in range(hi, n // TPB):
         assert mgr._reuse.is_tree_page(1, table[1][i]), f"window block {i} of the hit is not a cached page"
     check_books(mgr)

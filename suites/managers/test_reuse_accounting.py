@@ -279,7 +279,7 @@ def test_a_partial_block_copied_again_and_again_keeps_the_eviction_queue_short(v
     for i in range(200):
         assert mgr.add_sequence(i, list(range(9)) + [200 + i]) == 9     # whole blocks taken, [8] copied or taken
         mgr.free_resources(i)
-    queue, reusable = mgr._reuse.queues[0], mgr.get_block_counts().reusable
+    queue, reusable = mgr._reuse.orders[0], mgr.get_block_counts().reusable
     assert len(queue) <= 2 * reusable + 64, (len(queue), reusable)
     prefill(mgr, "evicts", list(range(100, 132)))          # every page: each cached one is evicted once
     assert mgr.get_block_counts().reusable == 0

@@ -27,7 +27,7 @@ TPB, WINDOW, SINKS, E, MAX_DRAFT, BLOCKS = 4, 10, 3, 1, 2, 12
 V4_TPB = 128  # DeepSeek-V4 takes 128 or 256; its token counts are scaled by V4_TPB // TPB
 MAX_SEQ_LEN = 64  # in units of TPB-token pages: x32 for DeepSeek-V4
 # one layer of 1 head x 8 dims, bf16: 2 x 8 x 2 x 4 tokens = 128 bytes a block a layer
-settings.register_profile("kvcm-ci", max_examples=300, stateful_step_count=30, derandomize=True, deadline=None,
+settings.register_profile("kvcm-ci", max_examples=100, stateful_step_count=30, derandomize=True, deadline=None,
                           database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 settings.register_profile("kvcm-nightly", settings.get_profile("kvcm-ci"), max_examples=2000)
 PROFILES = {"ci": settings.get_profile("kvcm-ci"), "nightly": settings.get_profile("kvcm-nightly")}
@@ -139,7 +139,7 @@ def machine(version: str, kind: str):
             cap, hist = self.expect[rid]
             before = snapshot(self.mgr)
             if self._fails_cleanly(before, lambda: self.mgr.begin_generation(rid, num_draft=d)):
-                reserve = max(d, MAX_DRAFT) if versions.get(version).reserves_max_draft_len else d
+                reserve = max(d, MAX_DRAFT) if versions.get(version).cls.reserves_max_draft_len else d
                 self.expect[rid] = (cap + 1 + reserve, hist)
                 self.step[rid] = (d, cap, hist)
 

@@ -111,3 +111,47 @@ def test_an_applied_policy_is_what_a_manager_built_inside_takes():
     outside = create_kv_cache_manager("v2", kvcm.load_spec("llama-3-8b"), cfg, max_batch_size=4, max_seq_len=64,
                                       device="meta")
     assert inside.policy is p and outside.policy is kvcm.policy.DEFAULT
+
+
+def test_a_rule_replaced_by_a_function_of_other_arguments_is_refused_when_handed_in():
+    """A replacement is checked against the signature of the rule it replaces when it is handed in (issue 52): a
+    function that cannot be called as the rule is, with its arguments positionally, is one ConfigError naming the
+    rule, the rule's signature and the replacement's, before any manager is built with it (it used to surface as a
+    TypeError deep inside the first call, or never on a path a run did not reach)."""
+    with pytest.raises(ConfigError) as exc:
+        kvcm.policy.DEFAULT.replacing(window_first_token=lambda history: history)
+    message = str(exc.value)
+    assert "window_first_token" in message and "arguments (history, window)" in message
+    assert "the replacement takes (history)" in message
+    assert "\n" not in message
+    with pytest.raises(ConfigError, match=r"clamp_blocks.*\(num_blocks, num_free, short_blocks\).*"
+                                          r"\(num_blocks, num_free, short_blocks, extra\)"):
+        kvcm.policy.DEFAULT.replacing(clamp_blocks=lambda num_blocks, num_free, short_blocks, extra: 0)
+    # what can stand in is accepted: other names, defaults, *args
+    p = kvcm.policy.DEFAULT.replacing(window_first_token=lambda h, w, extra=0: h - w,
+                                      clamp_blocks=lambda *args: 0)
+    assert p.window_first_token(10, 4) == 6 and p.clamp_blocks(1, 2, 3) == 0
+
+
+def test_a_user_defect_of_the_wrong_arity_is_refused_at_registration():
+    from pytest_kvcm.defects import DefectRegistry
+
+    with pytest.raises(ConfigError, match="lookup_length"):
+        DefectRegistry().register("mine", "a lookup of the whole prompt", upstream="here",
+                                  replaces={"lookup_length": lambda: 0})
+
+
+def test_every_module_that_declares_decisions_is_listed_as_an_owner():
+    """``DECISIONS`` is complete because ``kvcm.policy.OWNERS`` imports every module that declares one; a module
+    that declares decisions but is missing there would leave them out of ``DECISIONS`` until something imported it."""
+    import ast
+    from pathlib import Path
+
+    root = Path(kvcm.__file__).resolve().parent
+    declaring = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "Decisions" for b in node.bases):
+                declaring.add(".".join(("kvcm", *path.relative_to(root).with_suffix("").parts)))
+    assert declaring == set(kvcm.policy.OWNERS)
+    assert {d.module for d in kvcm.policy.DECISIONS.values()} == set(kvcm.policy.OWNERS)

@@ -85,6 +85,7 @@ def test_shipped_lane_files_parse_and_pick_by_machine(pytestconfig):
     assert pick_auto(ci, cpu)[0].name == "l0_cpu"
     assert pick_auto(ci, {**cpu, "system_gpu_count": 8, "gpu": "nvidia h100 80gb hbm3"})[0].name == "l0_h100"
     assert pick_auto(ci, {**cpu, "system_gpu_count": 8, "gpu": "nvidia h200"})[0].name == "l0_h200"
-    with pytest.raises(pytest.UsageError, match="none of the 3 lane file.*l0_cpu block 1: stage 'nightly' is not "
-                       "'pre_merge'; l0_h100 block 1: system_gpu_count 0 is not >= 1"):
+    with pytest.raises(pytest.UsageError, match=r"none of the \d+ lane file.*l0_cpu block 1: stage 'nightly' is not "
+                       "'pre_merge'; l0_cpu block 2: stage 'nightly' is not 'post_merge'; .*l0_h100 block 1: "
+                       "system_gpu_count 0 is not >= 1"):
         pick_auto(ci, {**cpu, "stage": "nightly"})

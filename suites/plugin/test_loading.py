@@ -61,7 +61,8 @@ def test_dash_p_on_an_installed_plugin_registers_it_once(tmp_path):
     assert "2 passed" in proc.stdout
 
 
-@pytest.mark.parametrize("selection", [[], ["-m", "slow"]], ids=["default", "slow"])
+@pytest.mark.parametrize("selection", [[], pytest.param(["--kvcm-stage=post_merge"], marks=pytest.mark.post_merge)],
+                         ids=["pre_merge", "post_merge"])
 def test_the_whole_project_collects_as_ci_runs_it(selection):
     """Every collection hook meets every item kind: a hook in a suite's ``conftest.py`` sees README and docs code
     blocks too (no ``originalname``), and one such hook once stopped CI at collection with an INTERNALERROR."""

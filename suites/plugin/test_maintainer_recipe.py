@@ -75,6 +75,7 @@ def new_project(tmp_path: Path) -> Path:
     return project
 
 
+@pytest.mark.post_merge
 def test_contract_recipe_from_a_fresh_venv_outside_the_checkout(venv, tmp_path):
     (command,) = recipe_commands()
     assert command == "pytest --kvcm-target=mine --pyargs pytest_kvcm.contract -ra"
@@ -175,6 +176,7 @@ def venv_hf(wheel, tmp_path_factory):
     return fresh_venv(tmp_path_factory.mktemp("venv-hf") / "venv", wheel, extras=("hf",))
 
 
+@pytest.mark.post_merge
 def test_engine_fixtures_recipe_from_a_fresh_venv_outside_the_checkout(venv_hf, tmp_path):
     project = new_project(tmp_path)
     (project / "my_engine.py").write_text(MY_ENGINE)

@@ -67,9 +67,14 @@ SLOW_TESTS = """
 """
 
 
-def test_slow_tests_skip_by_default_with_a_reason_naming_the_opt_in(pytester):
+def test_slow_tests_leave_the_pre_merge_run_and_skip_with_a_reason_elsewhere(pytester):
+    """The default stage (pre_merge) deselects them: they belong to post_merge (lanes/merge_stage.py); a stage of a
+    lane file's own (nightly) keeps them collected and skips them with the reason naming the opt-in."""
     pytester.makepyfile(SLOW_TESTS)
     rec = run(pytester)
+    rec.assertoutcome(passed=1, skipped=0)
+    assert [r.nodeid.split("::")[-1] for r in rec.getcalls("pytest_deselected")[0].items] == ["test_model_gate"]
+    rec = run(pytester, "--kvcm-stage=nightly")
     assert skip_reasons(rec) == {"test_model_gate": SLOW_SKIP}
     rec.assertoutcome(passed=1, skipped=1)
     assert "--kvcm-slow" in SLOW_SKIP and "-m slow" in SLOW_SKIP

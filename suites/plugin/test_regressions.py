@@ -34,9 +34,10 @@ def test_v4_ratio_means_no_constraints():
 
 def test_stale_range():
     g = make().layer_groups[0]
+    from kvcm.attention_types import SlidingWindow
     from kvcm.layer_groups import LayerGroup
-    w = LayerGroup(0, (0,), 64, 0, 1)
-    assert w.stale_range(94, 32) == (0, 0) and w.stale_range(95, 32) == (0, 1)
+    w = LayerGroup(0, (0,), SlidingWindow(64, tokens_per_block=32), 1)
+    assert w.stale_range(94) == (0, 0) and w.stale_range(95) == (0, 1)
 """
 
 EXPECTED_FAILURE = {

@@ -75,6 +75,7 @@ def test_negative_gpus_per_worker_is_a_usage_error(pytester, monkeypatch):
     assert "--kvcm-gpus-per-worker=-2: must be >= 0 (0 disables sharding)" in result.stderr.str()
 
 
+@pytest.mark.post_merge
 def test_real_xdist_workers_get_their_gpu_and_the_same_lane(pytester, monkeypatch):
     """Two real workers: each sees its own device, both select the lane the controller's machine picks (a
     simulated 2x H100 host), and the header shows the plan."""

@@ -21,6 +21,7 @@ def pytest_kvcm_register_targets(registry):
 """
 
 
+@pytest.mark.post_merge
 def test_reuse_state_machine_failure_prints_steps_not_tokens(pytester):
     pytester.makeconftest(BUGGY)
     result = pytester.runpytest_subprocess("-p", "no:randomly", "--kvcm-target=buggy", "--pyargs",

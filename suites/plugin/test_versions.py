@@ -92,6 +92,7 @@ def test_bad_version_is_a_usage_error(pytester):
     result.stderr.fnmatch_lines(["*invalid choice: 'v3'*"])
 
 
+@pytest.mark.post_merge
 def test_xdist_workers_see_the_same_parametrization(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_user=TESTS)

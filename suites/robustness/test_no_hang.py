@@ -73,6 +73,7 @@ def builds(monkeypatch):
     return counted
 
 
+@pytest.mark.post_merge
 @pytest.mark.parametrize("pp", [1024, 1000, 7])
 def test_plan_builds_one_cache_per_stage_shape_not_per_stage(tmp_path, builds, pp):
     """1,024 layers over 1,024 stages: every stage one layer of the same shape; over 1,000: 24 stages of two
@@ -89,6 +90,7 @@ def test_plan_builds_one_cache_per_stage_shape_not_per_stage(tmp_path, builds, p
         assert [s["first_layer"] for s in stages] == [0] + [s["last_layer"] + 1 for s in stages[:-1]]
 
 
+@pytest.mark.post_merge
 @pytest.mark.parametrize("model, options", [
     ("gemma-3-270m", ["--pp", "4"]),            # sliding and global layers: stages of different shapes
     ("gemma-3-270m", ["--pp", "5", "--kvcm-version", "v1"]),

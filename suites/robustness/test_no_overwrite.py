@@ -139,23 +139,6 @@ def test_arith_generator_never_replaces_a_file_it_did_not_write(tmp_path):
     assert arith(["--out", str(tmp_path / "missing")]) == 2 and not (tmp_path / "missing").exists()
 
 
-@pytest.mark.parametrize("name, make, fragment", [
-    ("a_directory", lambda p: p.mkdir(), "is not a regular file (a directory?)"),
-    ("a_file_of_another_tool", lambda p: p.write_text('{"name": "my-package"}'), "expected an object of node id"),
-    ("in_a_missing_directory", lambda p: None, "does not exist (create it first)"),
-], ids=["a_directory", "a_file_of_another_tool", "in_a_missing_directory"])
-def test_recording_durations_refuses_a_file_it_cannot_own_at_start_up(pytester, name, make, fragment):
-    pytester.makepyfile("def test_ok():\n    pass\n")
-    target = pytester.path / ("missing/d.json" if name == "in_a_missing_directory" else "d.json")
-    make(target)
-    before = target.read_text() if target.is_file() else None
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--kvcm-record-durations",
-                                          f"--kvcm-durations={target}")
-    text = result.stdout.str() + result.stderr.str()
-    assert result.ret == pytest.ExitCode.USAGE_ERROR and fragment in text and "passed" not in text, text
-    assert (target.read_text() if target.is_file() else None) == before
-
-
 @pytest.mark.parametrize("bench", ["throughput", "fewshot", "gpu_spec"])
 def test_benchmark_json_never_replaces_a_file_it_did_not_write(tmp_path, monkeypatch, bench):
     """Checked after the arguments, before the model loads: the report used to be written over any file."""

@@ -96,10 +96,6 @@ OPTIONS = [
     ("version_ini_empty", ["-o", "kvcm_version="], "kvcm_version='' is invalid: choose one of "),
     ("inject_empty", ["--kvcm-inject="], "--kvcm-inject='': names no defect; give one of the "),
     ("inject_blank", ["--kvcm-inject= "], "--kvcm-inject=' ': names no defect"),
-    ("durations_missing_for_a_split", ["--kvcm-lane=l0_cpu", "--kvcm-stage-split=1/2", "--kvcm-durations=nope.json"],
-     "nope.json: no such file (record one with --kvcm-record-durations)"),
-    ("durations_a_directory", ["--kvcm-lane=l0_cpu", "--kvcm-stage-split=1/2", "--kvcm-durations=."],
-     "is not a regular file (a directory?); give a JSON file"),
 ]
 
 

@@ -42,20 +42,26 @@ class Config:
     window_offset: int = 0
     max_states: int = 5000       # the search stops at this many distinct states (or when nothing new is left)
     host: int = 0                # the host tier (V1's secondary pool, V2's host level): blocks a group, 0 = none
+    host_eviction: str = "lru"   # V2's host level: its order (KvCacheConfig.host_eviction_policy)
     retention: bool = False      # V1: admissions with timed retention priorities, the clock, refresh_blocks
     scopes: bool = False         # admissions under a cache_salt and a lora_task_id too
     lower_tier: bool = False     # KvCacheConfig.lower_tier_only: every hit comes back from the host tier
     async_load: bool = False     # KvCacheConfig.async_onboard: host hits load in flight until complete_transfers
+    events: int = 0              # event_buffer_max_size: KV cache events on, checked after every call
+    event_hash: str = "auto"     # kv_cache_event_hash_algo
 
     @property
     def name(self) -> str:
         extra = f"-d{self.draft}" if self.draft else ""
         extra += f"-e{self.extra}" if self.extra else ""
         extra += f"-h{self.host}" if self.host else ""
+        extra += f"-{self.host_eviction}" if self.host_eviction != "lru" else ""
         extra += "-ret" if self.retention else ""
         extra += "-scopes" if self.scopes else ""
         extra += "-lower" if self.lower_tier else ""
         extra += "-async" if self.async_load else ""
+        extra += f"-ev{self.events}" if self.events else ""
+        extra += f"-{self.event_hash}" if self.event_hash != "auto" else ""
         return (f"{self.version}-{self.layout}-tpb{self.tpb}-b{self.blocks}-reuse_{self.reuse}-"
                 f"{'ids' if self.ids else 'noids'}-r{self.slots}{extra}")
 
@@ -96,6 +102,13 @@ def _host_switches(cfg: Config) -> dict:
     return dict(lower_tier_only=cfg.lower_tier, async_onboard=cfg.async_load)
 
 
+def _events(cfg: Config) -> dict:
+    """The event options of the configuration (none when its events are off: the config as it always was)."""
+    if not cfg.events:
+        return {}
+    return dict(event_buffer_max_size=cfg.events, kv_cache_event_hash_algo=cfg.event_hash)
+
+
 def _limits(cfg: Config) -> dict:
     return dict(max_batch_size=8, max_seq_len=16 * cfg.tpb, max_draft_len=cfg.draft,
                 num_extra_kv_tokens=cfg.extra, device="meta")
@@ -106,7 +119,7 @@ def _equal_pools(make, cfg: Config, tpb: int):
     probe = make(KvCacheConfig(tokens_per_block=tpb, max_gpu_total_bytes=1 << 30, **REUSE[cfg.reuse]))
     per_block = [g.bytes_per_block for g in probe.layer_groups]
     return make(KvCacheConfig(tokens_per_block=tpb, max_gpu_total_bytes=cfg.blocks * sum(per_block)
-                              + min(per_block) // 2, pool_ratio=tuple(per_block), **REUSE[cfg.reuse]))
+                              + min(per_block) // 2, pool_ratio=tuple(per_block), **REUSE[cfg.reuse], **_events(cfg)))
 
 
 def build(cfg: Config):
@@ -117,7 +130,7 @@ def build(cfg: Config):
                                    index_head_dim=32, max_position_embeddings=1 << 16)
         mgr = _equal_pools(lambda c: kvcm.create_kv_cache_manager("v2", spec, c, **limits), cfg, cfg.tpb)
     elif cfg.version == "v1":
-        pool = dict(tokens_per_block=cfg.tpb, max_tokens=cfg.blocks * cfg.tpb, **REUSE[cfg.reuse])
+        pool = dict(tokens_per_block=cfg.tpb, max_tokens=cfg.blocks * cfg.tpb, **REUSE[cfg.reuse], **_events(cfg))
         mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool), **limits)
         if cfg.host:   # host_cache_size in bytes: ``host`` blocks of every group (docs/semantics.md 11.6)
             host_bytes = cfg.host * sum(g.bytes_per_block for g in mgr.layer_groups)
@@ -172,7 +185,7 @@ def default_configs() -> list[Config]:
     out += lower_tier_configs()
     for reuse, ids, draft in (("off", True, 0), ("on", True, 0), ("copy", True, 1), ("copy", False, 0)):
         out.append(Config("dsv4", "dsv4", 128, 4, reuse, ids=ids, draft=draft, max_states=3000))
-    return out
+    return out + event_configs()
 
 
 def deep_configs() -> list[Config]:
@@ -190,19 +203,24 @@ def v2_host_level_configs() -> list[Config]:
             Config("v2", "full", 2, 3, "on", ids=True, host=2, max_states=3000),
             Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000),
             # retention priorities (V2 has no durations: no clock), so the host level's priority order is walked
-            Config("v2", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=2000)]
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=2000),
+            # the host level's own order by ARC (vLLM's offload policy): recency, frequency and ghost adaptation
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, host_eviction="arc", max_states=3000),
+            Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, host_eviction="arc", max_states=3000)]
 
 
 # ---- the host tier's own switches (docs/semantics.md 11.8) ----------------------------------------------------------
 def lower_tier_configs() -> list[Config]:
     """Every hit through the host tier (``lower_tier_only``), and host hits left loading until ``complete_transfers``
     (``async_onboard``) with requests freed while their copies are in flight, on V1's secondary pool and V2's host
-    level; one of each with a sliding window beside the full group."""
-    return [Config("v1", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, max_states=2500),
-            Config("v2", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, max_states=2500),
+    level; one of each with a sliding window beside the full group, and events on where a router's index must follow
+    the blocks the mode moves down and the loads bring back up."""
+    return [Config("v1", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, events=64, max_states=2500),
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, events=64, max_states=2500),
             Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, lower_tier=True, max_states=2500),
             Config("v1", "full", 2, 4, "on", ids=True, host=2, async_load=True, max_states=3000),
-            Config("v2", "full", 2, 4, "on", ids=True, host=2, async_load=True, max_states=3000),
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, async_load=True, events=64,
+                   max_states=3000),
             Config("v1", "full+window", 2, 4, "copy", ids=True, host=2, lower_tier=True, async_load=True,
                    max_states=3000)]
 
@@ -215,8 +233,29 @@ def _v2_host_level(cfg: Config, limits: dict):
     def make(c):
         per_block = sum(g.bytes_per_block for g in kvcm.create_kv_cache_manager("v2", spec, c, **limits).layer_groups)
         return kvcm.create_kv_cache_manager("v2", spec, c.replace(host_cache_size=cfg.host * per_block,
+                                                                  host_eviction_policy=cfg.host_eviction,
                                                                   **_host_switches(cfg)), **limits)
 
     mgr = _equal_pools(make, cfg, cfg.tpb)
     assert [mgr.get_host_block_counts(g).total for g in range(len(mgr.pools))] == [cfg.host] * len(mgr.pools), cfg
     return mgr
+
+
+# ---- KV cache events (kvcm/events/): a router's index fed the events, checked after every call ---------------------
+def event_configs() -> list[Config]:
+    """Events on (a buffer of 64, never full here): each version with a window beside the full group and partial
+    reuse (in-place takes and copies), the host tiers (offloads and onboards as level moves), V1's retention
+    (priority updates), reuse scopes (salt and LoRA in the hashes), V2's SHA-256 hashes and DeepSeek-V4; and a
+    buffer of 2 on V1, which overflows: the newest events must stay."""
+    return [Config("v1", "full+window", 2, 4, "copy", ids=True, events=64, max_states=2500),
+            Config("v2", "full+window", 2, 4, "copy", ids=True, events=64, max_states=2500),
+            Config("v1", "full", 2, 4, "partial", ids=True, events=64, max_states=2000),
+            Config("v1", "full", 2, 4, "on", ids=True, host=2, events=64, max_states=2500),
+            Config("v1", "full+window", 2, 4, "copy", ids=True, host=2, events=64, max_states=2500),
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, events=64, event_hash="v2_sha256", max_states=2500),
+            Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, events=64, max_states=2500),
+            Config("v1", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, events=64, max_states=3000),
+            Config("v1", "full", 2, 4, "on", ids=True, scopes=True, events=64, max_states=2000),
+            Config("v2", "full", 2, 4, "on", ids=True, scopes=True, events=64, max_states=2000),
+            Config("dsv4", "dsv4", 128, 4, "on", ids=True, events=64, max_states=1500),
+            Config("v1", "full", 2, 4, "on", ids=True, events=2, max_states=1500)]

@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from pytest_kvcm.markers import exhaustive_scale
+
 from .configs import Config
 from .search import Explorer, Report
 
@@ -66,7 +68,7 @@ def run_configs(configs: list[Config], scale: float = 1.0) -> dict[Config, Repor
 @pytest.fixture(scope="session")
 def exhaustive_reports(request) -> dict[Config, Report]:
     """The reports of every configuration this session selected, searched together on first use."""
-    return run_configs(_selected(request.session), request.config.getoption("kvcm_exhaustive_scale"))
+    return run_configs(_selected(request.session), exhaustive_scale(request.config))
 
 
 def _lines() -> list[str]:

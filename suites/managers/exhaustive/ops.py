@@ -13,12 +13,18 @@ name ends in ``?`` must be refused with ``ConfigError`` or ``UnknownRequestError
 A configuration with ``retention`` also admits requests with a ``KvCacheRetentionConfig`` (a timed high priority
 on the first block, a timed low one on decode blocks: TensorRT-LLM's token ranges and ``decode_duration_ms``),
 moves the manager's clock a millisecond at a time (``tick``, a few times at most, so the states stay finite) and
-calls ``refresh_blocks``; one with ``scopes`` admits under a ``cache_salt`` and a ``lora_task_id`` too, whose
-blocks no other scope may match (the salt equals the LoRA id, so a key that did not tell the two apart would
-share their blocks). One with ``async_load`` leaves an admission whose hit comes from the host tier loading:
-the engine may only free it (an abort while its copies are in flight) or call ``complete_transfers`` for every
-copy or the oldest one (``complete``), and a context chunk for it or a poll of no copy is bad input; ``lower_tier`` needs no operation of its own (every call
-ends with the cached blocks on the host).
+calls ``refresh_blocks``; there every other operation is also tried with a clock that fails (``clock-raises?``
+and, on a release, ``clock-backwards?`` and ``clock-nan?``): it raises ``UserCallbackError`` with the manager
+exactly as it was (the search compares every byte it keeps, not only what a caller sees), or reads no clock and
+goes through. One with ``scopes`` admits under a ``cache_salt`` and a ``lora_task_id`` too, whose blocks no
+other scope may match (the salt equals the LoRA id, so a key that did not tell the two apart would share their
+blocks). One with ``events`` (``event_buffer_max_size``) reads them as a router does between steps
+(``flush_iteration_events``, ``get_latest_events``; the search itself reads them after every call,
+``events_check.py``) and asks with a negative wait. One with ``async_load`` leaves an admission whose hit comes
+from the host tier loading: the engine may only free it (an abort while its copies are in flight) or call
+``complete_transfers`` for every copy or the oldest one (``complete``), and a context chunk for it or a poll of
+no copy is bad input; ``lower_tier`` needs no operation of its own (every call ends with the cached blocks on
+the host).
 
 A new manager operation or option joins this alphabet (``enabled`` and ``apply``) in the same change.
 """
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvcm.errors import ConfigError, OutOfPagesError, UnknownRequestError
+from kvcm.errors import ConfigError, OutOfPagesError, UnknownRequestError, UserCallbackError
 from kvcm.reuse.retention import KvCacheRetentionConfig, TokenRangeRetentionConfig
 
 REFUSALS = (OutOfPagesError,)
@@ -50,6 +56,27 @@ class StepClock:
 
     def __repr__(self) -> str:
         return f"StepClock({self.t})"
+
+
+class FailingClock:
+    """A clock that reads ``t`` once (``set_clock`` calls it when handed in), then fails as ``how`` says: it
+    raises (``raises``), reads a millisecond earlier (``backwards``), or reads NaN (``nan``)."""
+
+    def __init__(self, t: int, how: str):
+        self.t, self.how, self.read = t, how, False
+
+    def __call__(self):
+        if not self.read:
+            self.read = True
+            return self.t
+        if self.how == "raises":
+            raise RuntimeError("the clock's source is gone")
+        return self.t - 1 if self.how == "backwards" else float("nan")
+
+    def __repr__(self) -> str:
+        return f"FailingClock({self.t}, {self.how!r})"
+
+
 
 
 def retention(cfg) -> KvCacheRetentionConfig:
@@ -140,9 +167,26 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
         ops += [("complete", None), ("complete", 1), ("complete-zero?",)]
     if cfg.host or cfg.retention:
         ops.append(("refresh",))
-    if cfg.retention and hasattr(mgr.pools[0], "clock") and mgr.pools[0].clock() < MAX_TICKS:   # V1's clock
-        ops.append(("tick",))
+    if cfg.retention and hasattr(mgr.pools[0], "clock"):              # V1's clock
+        if mgr.pools[0].clock() < MAX_TICKS:
+            ops.append(("tick",))
+        ops += _with_failing_clock(ops)
+    if cfg.events:
+        ops += [("events",), ("bad-events?",)]
     return ops
+
+
+def _with_failing_clock(ops: list) -> list:
+    """The first operation of each kind again, with a clock that raises; a release also with one that runs
+    backwards and one that reads NaN (the kinds are what differs; their arguments only pick pages)."""
+    first: dict[str, tuple] = {}
+    for op in ops:
+        if not op[0].endswith("?") and op[0] != "tick":
+            first.setdefault(op[0], op)
+    out = [("clock-raises?",) + op for op in first.values()]
+    if "free" in first:
+        out += [(f"clock-{how}?",) + first["free"] for how in ("backwards", "nan")]
+    return out
 
 
 def _chunks(rest: int, scale: int) -> list[int]:
@@ -154,6 +198,8 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
     """Make the operation's calls on manager ``m``; the next driver state, or ``Refused``. Any other exception
     escapes (a violation, unless the operation is bad input and it is a documented one)."""
     kind = op[0]
+    if kind.startswith("clock-"):
+        return _with_clock_that_fails(m, cfg, prompts, drv, op)
     if kind.endswith("?"):
         try:
             _bad_input(m, cfg, prompts, drv, op)
@@ -241,9 +287,27 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
             f"complete_transfers({op[1]}) returned {done}; loading were {loading}, {still} still are"
         for r in done:                 # the blocks each one loaded are cached pages of its table now
             _reused_pages_are_cached(m, cfg, r, m.get_prepopulated_prompt_len(r))
+    elif kind == "events":           # a router's read between steps: the check drained the last call's already
+        m.flush_iteration_events()
+        assert m.get_latest_events(0) == [] and m.get_latest_events() == [], "events read twice"
     else:
         raise ValueError(op)
     return Driver(tuple(slots), drv.dummies)
+
+
+def _with_clock_that_fails(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
+    """``op[1:]`` with a clock that fails, then the good clock back at the same time. A call that reads the clock
+    raises ``UserCallbackError`` before it changes anything (the search checks every byte); one that reads none
+    (a decode step within the blocks held) goes through, or is refused, as with the good clock."""
+    how, inner = op[0][len("clock-"):-1], op[1:]
+    now = m.pools[0].clock()
+    m.set_clock(FailingClock(now, how))
+    try:
+        return apply(m, cfg, prompts, drv, inner)
+    except UserCallbackError:
+        raise Refused from None
+    finally:
+        m.set_clock(StepClock(now))
 
 
 def _reused_pages_are_cached(m, cfg, request_id, n: int) -> None:
@@ -284,6 +348,8 @@ def _bad_input(m, cfg, prompts, drv: Driver, op: tuple) -> None:
         m.begin_context_chunk(rid(s), req.done, length - req.done, length)
     elif kind == "free-unknown?":
         m.free_resources(rid(s))
+    elif kind == "bad-events?":       # a negative wait
+        m.get_latest_events(timeout_ms=-1)
     else:
         raise ValueError(op)
 

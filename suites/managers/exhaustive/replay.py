@@ -49,10 +49,13 @@ _CHECK = {
     "raised": "    {last}                # raised: only documented exceptions may escape",
     "refused-changed": "    before = observe(mgr)\n    with pytest.raises(OutOfPagesError):\n        {last}\n"
                        "    assert observe(mgr) == before",
+    "clock-changed": "    before = observe(mgr)\n    try:\n        {last8}\n    except UserCallbackError:\n"
+                     "        pass\n    assert observe(mgr) == before",
     "books": "    {last}\n    check_books(mgr)",
     "free-all": "    {last}\n    all_free_after_reset(mgr)",
     "query": "    {last}                # then a query: {message}",
     "oracle": "    {last}                # the oracle: {message}",
+    "events": "    {last}\n    router(mgr)          # {message}",
 }
 
 
@@ -60,7 +63,12 @@ def replay_text(cfg: Config, violation) -> str:
     calls = recorded_calls(cfg, violation.ops)
     body = [c for op_calls in calls[:-1] for c in op_calls]
     last = calls[-1] if calls else []
-    check = _CHECK[violation.kind].format(last="\n    ".join(last) or "pass", message=violation.message)
-    lines = [f"def test_{cfg.name.replace('-', '_').replace('+', '_')}_{violation.kind.replace('-', '_')}():",
-             f"    mgr = build({cfg!r})"] + [f"    {c}" for c in body] + [check]
+    check = _CHECK[violation.kind].format(last="\n    ".join(last) or "pass", last8="\n        ".join(last) or "pass",
+                                          message=violation.message)
+    head = [f"def test_{cfg.name.replace('-', '_').replace('+', '_')}_{violation.kind.replace('-', '_')}():",
+            f"    mgr = build({cfg!r})"]
+    if violation.kind == "events":       # a router's index fed the events after every call (_observe.RouterIndex)
+        head.append("    router = RouterIndex(mgr)")
+        body = [line for op_calls in calls[:-1] for line in op_calls + ["router(mgr)"]]
+    lines = head + [f"    {c}" for c in body] + [check]
     return "\n".join(lines)

@@ -10,8 +10,10 @@ and block tables with pages renamed by first appearance, the reuse tree's shape 
 reference counts and the eviction order of unheld pages, the driver's state and the oracle's. Statistics are
 left out (they only grow). Two states with the same form behave the same up to the names of pages.
 
-Checked on every call: only documented exceptions escape; a refused call leaves ``observe`` as it was; the
-oracle agrees where it applies. On every new state: ``check_books`` and ``check_reused_tokens``, the queries an
+Checked on every call: only documented exceptions escape; a refused call leaves ``observe`` as it was (a call
+whose clock failed leaves every byte of the state as it was); the oracle agrees where it applies; with events on,
+a router's index fed the call's events holds exactly the blocks the manager would match (``events_check.py``). On
+every new state: ``check_books`` and ``check_reused_tokens``, the queries an
 engine makes (agreeing counts, an admission credit within what is held, V1's available tokens; none changes
 anything), and freeing everything then ``reset_prefix_cache`` leaves every block free. The first violation of each
 kind is kept with its sequence, the shortest that reaches it (breadth first), and the search does not go on from a
@@ -28,6 +30,7 @@ from _observe import all_free_after_reset, check_books, check_reused_tokens, obs
 
 from . import oracle as oracle_model
 from .configs import Config, build
+from .events_check import EventCheck
 from .ops import Driver, Refused, admissions, apply, enabled, scope_of
 from .replay import replay_text
 
@@ -66,6 +69,7 @@ class Explorer:
         self.oracle_on = cfg.oracle_applies and (cfg.version == "v1" or bool(self.full))
         # V1 keeps every block in every group; V2 with full attention only is the oracle's model exactly
         self.oracle_exact = cfg.version == "v1" or len(self.full) == len(self.template.layer_groups)
+        self.events = EventCheck(cfg)
 
     # ---- states -------------------------------------------------------------------------------------------
     def snapshot(self, mgr) -> bytes:
@@ -73,7 +77,7 @@ class Explorer:
         if cache is not None:
             cache.groups = None
         try:
-            return pickle.dumps((mgr.pools, mgr._seqs, mgr.stale_released, cache, mgr._reuse_totals), 5)
+            return pickle.dumps((mgr.pools, mgr._seqs, mgr.stale_released, cache, mgr._reuse_totals, mgr._events), 5)
         finally:
             if cache is not None:
                 cache.groups = self.template.layer_groups
@@ -81,7 +85,7 @@ class Explorer:
     def restore(self, blob: bytes):
         mgr = object.__new__(type(self.template))
         mgr.__dict__.update(self.template.__dict__)
-        mgr.pools, mgr._seqs, mgr.stale_released, mgr._reuse, mgr._reuse_totals = pickle.loads(blob)
+        mgr.pools, mgr._seqs, mgr.stale_released, mgr._reuse, mgr._reuse_totals, mgr._events = pickle.loads(blob)
         if mgr._reuse is not None:
             mgr._reuse.groups = self.template.layer_groups
         return mgr
@@ -127,9 +131,11 @@ class Explorer:
                 order.append({serial: i for i, (_, serial) in enumerate(unheld)})
 
             # the host tier: which blocks are there, in the host's eviction order (V2) or just there (V1)
-            host_keys = getattr(cache, "_host_key", None)
-            host_order = [{row: i for i, row in enumerate(sorted(keys, key=keys.get))} for keys in host_keys] \
-                if host_keys is not None else None
+            host_orders = getattr(cache, "host_orders", None)
+            host_order = [{n.host[g]: i for i, n in enumerate(order.order())} for g, order in enumerate(host_orders)] \
+                if host_orders is not None else None
+            if host_orders is not None:     # an adaptive order's target steers its next victims
+                parts.append(tuple(getattr(order, "target_t1", None) for order in host_orders))
 
             def node(n):
                 kids = tuple(node(c) for _, c in sorted(n.children.items()))
@@ -147,6 +153,8 @@ class Explorer:
         report = Report(cfg)
         start, cpu = time.perf_counter(), time.process_time()
         empty = build(cfg)
+        empty.flush_iteration_events()             # its created events: read before the first call
+        empty.get_latest_events(0)
         drv0, orc0 = Driver((None,) * cfg.slots, None), oracle_model.empty(cfg.slots)
         seen = {self.key(empty, drv0, orc0)}
         frontier = [(self.snapshot(empty), drv0, orc0, None)]
@@ -169,6 +177,7 @@ class Explorer:
         cfg, prompts = self.cfg, self.prompts
         mgr, dirty, before = self.restore(blob), False, None
         report.restores += 1
+        index = self.events.before(mgr)          # a router's index of this state (kvcm.events.shadow)
         for op in enabled(cfg, prompts, drv, mgr):
             if dirty:
                 mgr, dirty = self.restore(blob), False
@@ -178,9 +187,15 @@ class Explorer:
             try:
                 drv_next = apply(mgr, cfg, prompts, drv, op)
             except Refused:
+                problem = self.events.after(mgr, index, refused=True)
+                if problem:
+                    self._violation(report, kinds, "events", f"{op}: {problem}", path, op)
                 if self.snapshot(mgr) != blob:
                     before = before or observe(self.restore(blob))
-                    if observe(mgr) != before:
+                    if op[0].startswith("clock-"):      # a failed clock: nothing kept may differ, seen or not
+                        self._violation(report, kinds, "clock-changed", f"{op} changed the manager (what a "
+                                        f"caller sees {'too' if observe(mgr) != before else 'alike'})", path, op)
+                    elif observe(mgr) != before:
                         self._violation(report, kinds, "refused-changed", f"refused {op} changed the manager",
                                         path, op)
                     dirty = True
@@ -192,6 +207,10 @@ class Explorer:
                 dirty = True
                 continue
             dirty = True
+            problem = self.events.after(mgr, index, refused=False)
+            if problem:
+                self._violation(report, kinds, "events", f"after {op}: {problem}", path, op)
+                continue
             problem = self._oracle_problem(mgr, drv_next, orc_next, fits, op) if self.oracle_on else None
             if problem:
                 self._violation(report, kinds, "oracle", problem, path, op)
@@ -267,7 +286,7 @@ class Explorer:
             want = max(0, min(bound, free * cfg.tpb - cfg.extra - cfg.draft))
             assert available == want, f"V1 get_num_available_tokens = {available}, docs/semantics.md 3 gives {want}"
         assert 0 <= available <= bound, available
-        if not mgr.request_ids and available:
+        if not mgr.request_ids and not mgr._loads_pending() and available:    # an empty cache, as warmup has it
             self._probe_page_boundary(mgr, available, bound)
 
     def _probe_page_boundary(self, mgr, available: int, bound: int) -> None:

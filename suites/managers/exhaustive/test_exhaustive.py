@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_kvcm.markers import exhaustive_scale
+
 from .configs import default_configs, deep_configs
 from .search import explain
 
@@ -40,7 +42,7 @@ def test_default_run_reaches_its_states(exhaustive_reports, request):
     this test is selected alone; a --kvcm-exhaustive-scale below 1 lowers the mark with the budgets)."""
     from .conftest import run_configs
 
-    scale = request.config.getoption("kvcm_exhaustive_scale")
+    scale = exhaustive_scale(request.config)
     reports = run_configs(default_configs(), scale)
     total = sum(r.states for r in reports.values())
     want = DEFAULT_STATES * min(1.0, scale)

@@ -1,16 +1,20 @@
 """The explorer can fail, and what it prints replays: with the issue-39 eviction defect put back, a V1 window
 configuration reports the RuntimeError, and the plain test it writes fails the same way (and passes once the
-defect is gone)."""
+defect is gone); with the clock read in the middle of a call again (issue 52), a retention configuration reports the
+half-done release."""
 
 from __future__ import annotations
 
 import pytest
 
+import kvcm.manager_v1
 import kvcm.policy
-from kvcm.errors import OutOfPagesError
+from kvcm.errors import OutOfPagesError, UserCallbackError
+from kvcm.reuse.retention import KvCacheRetentionConfig, TokenRangeRetentionConfig
 from _observe import all_free_after_reset, check_books, observe
 
 from .configs import Config, build
+from .ops import FailingClock, StepClock
 from .search import Explorer
 from .replay import replay_text
 
@@ -19,7 +23,9 @@ CFG = Config("v1", "full+window", 2, 4, "on", ids=True, max_states=1500)
 
 def _replayed(text: str):
     scope = {"build": build, "Config": Config, "observe": observe, "check_books": check_books,
-             "all_free_after_reset": all_free_after_reset, "pytest": pytest, "OutOfPagesError": OutOfPagesError}
+             "all_free_after_reset": all_free_after_reset, "pytest": pytest, "OutOfPagesError": OutOfPagesError,
+             "UserCallbackError": UserCallbackError, "FailingClock": FailingClock, "StepClock": StepClock,
+             "KvCacheRetentionConfig": KvCacheRetentionConfig, "TokenRangeRetentionConfig": TokenRangeRetentionConfig}
     exec(compile(text, "<explorer violation>", "exec"), scope)
     return next(v for k, v in scope.items() if k.startswith("test_"))
 
@@ -37,3 +43,26 @@ def test_a_violation_is_reported_as_a_test_that_replays_it():
     with kvcm.policy.applied(leaves_only), pytest.raises(RuntimeError, match="no cached block can be evicted"):
         test()
     test()                      # the same calls on the fixed manager: nothing raises
+
+
+@pytest.mark.exhaustive
+def test_a_clock_read_in_the_middle_of_a_release_is_reported(monkeypatch):
+    """The issue-52 defect: a V1 call that reads the user's clock where a timer needs it, not before its first
+    change. A timed request freed with a clock that raises is the shortest sequence, and its replay fails until
+    the clock is read first again."""
+    cfg = Config("v1", "full", 2, 4, "on", ids=True, retention=True, slots=1, max_states=300)
+    read_first = {name: getattr(kvcm.manager_v1.KVCacheManagerV1, name) for name in kvcm.manager_v1.CLOCK_READERS}
+    with monkeypatch.context() as m:
+        for name, method in read_first.items():
+            m.setattr(kvcm.manager_v1.KVCacheManagerV1, name, method.__wrapped__)
+        report = Explorer(cfg).run()
+        changed = [v for v in report.violations if v.kind == "clock-changed"]
+        assert changed, report.line()
+        shortest = min(changed, key=lambda v: len(v.ops))
+        assert shortest.ops == [("admit-ret", 0, 0), ("clock-raises?", "free", 0)], shortest
+        text = replay_text(cfg, shortest)
+        assert "mgr.free_resources('r0')" in text, text
+        test = _replayed(text)
+        with pytest.raises(AssertionError):
+            test()
+    test()                      # read first: the failed release changes nothing

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.post_merge
 @pytest.mark.exhaustive
 def test_an_xdist_run_prints_the_explorers_lines():
     pytest.importorskip("xdist")
