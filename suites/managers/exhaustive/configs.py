@@ -188,6 +188,15 @@ def default_configs() -> list[Config]:
     return out + event_configs()
 
 
+QUICK_FLOORS = {
+    # the fewest states a configuration keeps below scale 1, each the budget at which the explorer first reaches
+    # the registered defect named beside it (measured; the search is deterministic)
+    "v1-full-tpb2-b4-reuse_on-ids-r2": 2500,                        # commit-onto-detached-prefix (5 calls)
+    "v2-full-tpb2-b3-reuse_on-ids-r2-h2": 3000,                     # hit-allocates-before-claiming (6 calls)
+    "v1-full+window-tpb2-b4-reuse_copy-ids-r2-h2-lower-async": 1800,  # aborted-request-freed-at-first-copy (5)
+}
+
+
 def deep_configs() -> list[Config]:
     """``--kvcm-slow``: the same configurations ten times as far, and three requests at once everywhere."""
     return [Config(**{**c.__dict__, "max_states": c.max_states * 10, "slots": max(c.slots, 3)})

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_kvcm.markers import exhaustive_scale
 
-from .configs import Config
+from .configs import QUICK_FLOORS, Config
 from .search import Explorer, Report
 
 _REPORTS: dict[Config, Report] = {}
@@ -24,7 +24,17 @@ _REPORTS: dict[Config, Report] = {}
 
 def _search(job: tuple[Config, float]) -> Report:
     cfg, scale = job
-    return Explorer(cfg).run(max(2, round(cfg.max_states * scale)))
+    return Explorer(cfg).run(budget(cfg, scale))
+
+
+def budget(cfg: Config, scale: float) -> int:
+    """The states a configuration's search may reach: its budget times ``scale``, but below scale 1 (the pre-merge
+    quick form) never fewer than the floor that reaches the registered defects it is named to catch
+    (``configs.QUICK_FLOORS``), so ``kvcm sensitivity`` sees them caught at any scale."""
+    states = max(2, round(cfg.max_states * scale))
+    if scale < 1:
+        states = max(states, min(QUICK_FLOORS.get(cfg.name, 0), cfg.max_states))
+    return states
 
 
 def pytest_collection_modifyitems(config, items):
