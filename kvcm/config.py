@@ -139,6 +139,12 @@ class KvCacheConfig:
         0, description="must be an integer in [0, 2**31 - 1] (0: events off)")
     kv_cache_event_hash_algo: Literal[EVENT_HASH_ALGORITHMS] = Field(
         "auto", description=f"must be one of {', '.join(EVENT_HASH_ALGORITHMS)}")
+    # kvcm's own switches of the host tier (no TensorRT-LLM field; docs/semantics.md 11.8): lower_tier_only moves
+    # every block that becomes reusable to the host tier at once, so every hit is loaded back from there (the test
+    # mode SGLang PR #26977 proposed for HiCache); async_onboard leaves a request whose hit comes from the host
+    # loading until complete_transfers() (vLLM's WAITING_FOR_REMOTE_KVS). Each needs block reuse and a host tier.
+    lower_tier_only: StrictBool = Field(False, description="must be True or False")
+    async_onboard: StrictBool = Field(False, description="must be True or False")
 
     DEFAULT_FRACTION = 0.9
     DEFAULT_SECONDARY_OFFLOAD_MIN_PRIORITY = 30

@@ -245,7 +245,10 @@ class BaseKVCacheManager(ReuseMixin, EventsMixin):
         if seq is None:
             raise UnknownRequestError(request_id)
         if seq.reuse is not None:
+            if seq.reuse.loading and self._held_for_loads(request_id, seq):
+                return                       # an abort while its copies are in flight: freed once they land
             self._release_with_tokens(seq)
+            self._settle()
             return
         for pool, blocks in zip(self.pools, seq.blocks):
             pool.release(blocks)

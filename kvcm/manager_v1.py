@@ -99,6 +99,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
         draft_len = validation.count("draft_len", draft_len)
         if self.has_request(request_id):
             seq = self._seq(request_id)
+            self._refuse_while_loading(request_id, seq)
             if seq.reuse is not None and not seq.reuse.started:   # made by add_sequence: reserve now
                 self._set_tokens(request_id, max(seq.capacity, prompt_len + self.num_extra_kv_tokens + draft_len),
                                  "context")

@@ -137,6 +137,8 @@ class KVCacheManagerV2(BaseKVCacheManager):
             blocks.extend(-1 if lo <= i < hi else next(fresh) for i in range(len(blocks), target))
             seq.stale_done[g] = max(seq.stale_done[g], min(hi, target))
         seq.capacity, seq.history = cap, hist
+        if self._lower_tier_only:          # blocks that left the window may be cached and unheld now
+            self._settle()
         return True
 
     @functools.cached_property
@@ -177,6 +179,7 @@ class KVCacheManagerV2(BaseKVCacheManager):
         if created:
             self._new_seq(request_id)
         seq = self._seq(request_id)
+        self._refuse_while_loading(request_id, seq)
         started = seq.reuse is not None and seq.reuse.started
         if seq.reuse is not None:
             seq.reuse.started = True      # its pages are LOCKED from now on (TensorRT-LLM's resume)

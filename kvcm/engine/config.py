@@ -78,6 +78,10 @@ class EngineConfig:
             raise ConfigError("policy", self.policy, "must be a kvcm.policy.Policy or None (the active one)")
         if self.enable_block_reuse is not None and type(self.enable_block_reuse) is not bool:
             raise ConfigError("enable_block_reuse", self.enable_block_reuse, "must be True, False or None")
+        for name in ("kv_cache_config", "draft_kv_cache_config"):
+            if getattr(getattr(self, name), "async_onboard", False) is True:
+                raise ConfigError(f"{name}.async_onboard", True, "must be False in the engine: it brings host-tier "
+                                  "hits back within the step (its scheduler never calls complete_transfers)")
 
     OPTIONS: ClassVar[frozenset[str]]           # the fields a caller gives (all but ``limits``)
 

@@ -34,6 +34,7 @@ OWNERS: tuple[str, ...] = (
     "kvcm.deepseek_v4", "kvcm.storage_quota", "kvcm.estimation", "kvcm.warmup", "kvcm.draft_budget", "kvcm.parallel",
     "kvcm.plan_parallel", "kvcm.startup", "kvcm.free_queue", "kvcm.reuse.tree", "kvcm.reuse.cache",
     "kvcm.reuse.version_rules", "kvcm.reuse.retention", "kvcm.reuse.host_tier", "kvcm.reuse.host_level",
+    "kvcm.reuse.api", "kvcm.reuse.transfers",
     "kvcm.eviction.arc", "kvcm.events.emitter", "kvcm.events.queue", "kvcm.engine.scheduler", "kvcm.engine.drafters",
     "kvcm.engine.reuse",
 )

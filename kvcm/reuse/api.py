@@ -11,13 +11,16 @@ from __future__ import annotations
 import operator
 
 from .. import validation
+from ..policy import Decisions, rule, setting
 from ..errors import ConfigError, OutOfPagesError
 from ..retention_clock import RetentionClock
 from ..units import ceil_div
+from . import host_switches
 from .cache import ReuseCache  # noqa: F401  (the type the managers' _reuse is)
 from .version_rules import find_match, store
 from .retention import DEFAULT_RETENTION_PRIORITY, KvCacheRetentionConfig
 from .state import ReuseState
+from .transfers import Load, TransferMixin
 from .stats import BlockCounts, KvCacheStats, LevelStatistics, ReuseCounters, RequestReuseStats
 
 
@@ -43,8 +46,9 @@ def _token_ids(field: str, token_ids, *, allow_empty: bool = False) -> list[int]
     return out
 
 
-def _scope(lora_task_id, cache_salt) -> tuple:
-    """The root a request's blocks are filed under: (LoRA task id, cache salt), each None or checked."""
+def _scope(lora_task_id, cache_salt, policy) -> tuple:
+    """The key of the root a request's blocks are filed under, from its LoRA task id and cache salt (each None or
+    checked): the policy's ``reuse_scope``."""
     if lora_task_id is not None:
         validation.count("lora_task_id", lora_task_id)
     if cache_salt is not None:
@@ -53,10 +57,10 @@ def _scope(lora_task_id, cache_salt) -> tuple:
         except TypeError:
             raise ConfigError("cache_salt", cache_salt, "must be hashable (a string or an int), not "
                               f"{type(cache_salt).__name__}") from None
-    return (lora_task_id, cache_salt)
+    return policy.reuse_scope(lora_task_id, cache_salt)
 
 
-class ReuseMixin:
+class ReuseMixin(TransferMixin):
     def _init_reuse(self) -> None:
         """The version's reuse rules and, with block reuse on, its reuse cache (``kvcm.versions``: the entry's
         factories); ``host_cache_size`` puts the version's host tier behind the GPU pools, or is refused."""
@@ -70,9 +74,12 @@ class ReuseMixin:
                               f"{host_tier.host_eviction_policies} for {type(self).__name__}: its host tier keeps "
                               "its own order")
         self._reuse_rules = version.reuse_rules()
+        host_switches.check_config(cfg)
         self._reuse: ReuseCache | None = None
         if cfg.enable_block_reuse:
             self._reuse = self._make_reuse_cache()
+            host_switches.check_built(cfg, self._reuse)
+        self._lower_tier_only = cfg.lower_tier_only
         self._reuse_totals = ReuseCounters()
         self._compress_ratios = tuple(sorted({self.model.layers[i].compress_ratio
                                               for g in self.layer_groups for i in g.layers}))
@@ -118,7 +125,7 @@ class ReuseMixin:
             retention = retention_config
         else:
             raise ConfigError("retention_config", retention_config, "must be a kvcm.KvCacheRetentionConfig or None")
-        state = ReuseState(tokens, _scope(lora_task_id, cache_salt), len(tokens), retention.priority,
+        state = ReuseState(tokens, _scope(lora_task_id, cache_salt, self.policy), len(tokens), retention.priority,
                            retention.decode_priority, retention_config is not None,
                            retention.per_block(self.tokens_per_block, len(tokens), self.policy)
                            if retention_config is not None else [], retention.decode_duration_ms)
@@ -131,11 +138,13 @@ class ReuseMixin:
             match = None
         else:
             match = self._find(state, tokens)
-            blocks = self._take(request_id, match, state)
+            blocks, loads = self._take(request_id, match, state)
             state.path = list(match.nodes)
         seq = self._new_seq(request_id)
         seq.blocks = blocks
         seq.reuse = state
+        if match is not None and loads:
+            self._start_loads(seq, loads)
         length = 0 if match is None else match.length(tpb)
         seq.capacity = seq.history = state.prepopulated = length
         if match is not None:
@@ -162,7 +171,14 @@ class ReuseMixin:
         c.alloc_new_blocks = min(c.alloc_total_blocks - migrated, fresh_before) + migrated
         c.reused_tokens, c.queried_tokens = length, len(tokens)
         self._reuse_totals.add(c)
+        self._settle()
         return length
+
+    def _settle(self) -> None:
+        """After a call that may leave cached blocks unheld: in lower-tier-only mode each goes to the host tier
+        now (docs/semantics.md 11.8), so no hit is ever served from the GPU."""
+        if self._lower_tier_only:
+            self._reuse.demote_unheld()
 
     def _find(self, state: ReuseState, tokens: list[int]):
         cfg = self.kv_cache_config
@@ -171,18 +187,24 @@ class ReuseMixin:
                           self.layer_groups, self._reuse_rules, partial=self.enable_partial_reuse,
                           copy_on_partial_reuse=cfg.copy_on_partial_reuse)
 
-    def _take(self, request_id, match, state: ReuseState) -> list[list[int]]:
-        """Claim the match's pages (and copy or take over the partial block): checked first, then done."""
+    def _take(self, request_id, match, state: ReuseState) -> tuple[list[list[int]], list[Load]]:
+        """Claim the match's pages (and copy or take over the partial block): checked first, then done. Returns the
+        tables and, with ``async_onboard``, the copies from the host tier left in flight (else none: done here).
+        The match is claimed before any fresh page is taken (the policy's ``claim_match_first``), so the
+        allocation can never evict a block this hit is about to hold."""
         cache, rules, tpb = self._reuse, self._reuse_rules, self.tokens_per_block
         length = match.length(tpb)
         plans, needs = [], []
         for group, pool in zip(self.layer_groups, self.pools):
             g = group.index
-            skipped = self._skipped(group, length, len(match.nodes))
-            plan = [(i, node) for i, node in enumerate(match.nodes) if i not in skipped]
-            fresh = sum(1 for _, node in plan if node.pages[g] < 0)
+            nodes = match.of_group(g)
+            skipped = self._skipped(group, length, len(nodes))
+            # each block is a GPU page to claim, a host block to bring back, or a fresh page: decided here, once
+            plan = [(i, node, "gpu" if node.pages[g] >= 0 else "host" if node.host[g] >= 0 else "fresh")
+                    for i, node in enumerate(nodes) if i not in skipped]
+            fresh = sum(1 for _, _, where in plan if where != "gpu")
             fresh += int(match.partial is not None and not match.in_place)
-            unheld = sum(1 for _, node in plan if node.pages[g] >= 0 and node.refs[g] == 0)
+            unheld = sum(1 for _, node, where in plan if where == "gpu" and node.refs[g] == 0)
             if match.partial is not None and match.partial.refs[g] == 0:
                 unheld += 1        # taken over in place, or held while it is copied
             if fresh > pool.num_available - unheld:
@@ -191,13 +213,14 @@ class ReuseMixin:
             needs.append(fresh)
         tables = []
         state.onboarded = [0] * len(self.pools)
+        taken = None if self.policy.claim_match_first else [pool.allocate(n) for pool, n in zip(self.pools, needs)]
         for group, pool, plan in zip(self.layer_groups, self.pools, plans):
             g = group.index
-            table = [-1] * len(match.nodes)
-            for i, node in plan:
-                if node.pages[g] >= 0:
+            table = [-1] * len(match.of_group(g))
+            for i, node, where in plan:
+                if where == "gpu":
                     table[i] = cache.claim(node, g)
-                elif node.host[g] >= 0:          # in the host tier: held now, onboarded into a fresh page below
+                elif where == "host":            # in the host tier: held now, onboarded into a fresh page below
                     cache.claim_host(node, g)
                     table[i] = -3
                     state.onboarded[g] += 1
@@ -218,18 +241,23 @@ class ReuseMixin:
                     table.append(cache.unset_page(source, g, free=False))
             elif source is not None:
                 cache.claim(source, g)       # held while the copy's page is found: never its own victim
+        loads = []
+        later = self.kv_cache_config.async_onboard
         for g, (pool, table, need) in enumerate(zip(self.pools, tables, needs)):
-            fresh = iter(pool.allocate(need))
+            fresh = iter(pool.allocate(need) if taken is None else taken[g])
             for i, page in enumerate(table):
                 if page == -2:
                     table[i] = next(fresh)
+                elif page == -3 and later:       # the copy is left in flight: the page is the request's meanwhile
+                    table[i] = next(fresh)
+                    loads.append(Load(None, g, match.of_group(g)[i], table[i]))
                 elif page == -3:
-                    table[i] = cache.onboard(match.nodes[i], g, next(fresh))
+                    table[i] = cache.onboard(match.of_group(g)[i], g, next(fresh))
             if source is not None and not match.in_place:
                 table.append(next(fresh))
                 self._copy_rows(g, source.pages[g], table[-1], match.partial_len)
                 cache.unclaim(source, g)
-        return tables
+        return tables, loads
 
     def _skipped(self, group, length: int, n: int) -> range:
         """The indices below ``n`` of a ``length``-token match that ``group`` leaves alone (the version rules' ``skipped``)."""
@@ -311,8 +339,8 @@ class ReuseMixin:
         validation.flag("only_allocated", only_allocated)
         if self._reuse is None:
             return 0
-        state = ReuseState(tokens, _scope(lora_task_id, cache_salt), len(tokens), DEFAULT_RETENTION_PRIORITY,
-                           DEFAULT_RETENTION_PRIORITY, False)
+        scope = _scope(lora_task_id, cache_salt, self.policy)
+        state = ReuseState(tokens, scope, len(tokens), DEFAULT_RETENTION_PRIORITY, DEFAULT_RETENTION_PRIORITY, False)
         match = self._find(state, tokens)
         return self.policy.reusable_credit([min(node.refs) for node in match.nodes], only_allocated)
 
@@ -337,8 +365,9 @@ class ReuseMixin:
 
     def get_host_block_counts(self, group: int | None = None) -> BlockCounts:
         """The host tier's pages of one group (None: the group ``get_num_free_blocks`` reports): ``free`` (empty),
-        ``reusable`` (an offloaded block waits there), ``in_use`` 0 (a request only ever holds GPU pages), as
-        TensorRT-LLM counts its secondary level; all zeros without a tier."""
+        ``reusable`` (an offloaded block waits there), ``in_use`` the blocks a load in flight reads (``async_onboard``;
+        otherwise 0: a request only ever holds GPU pages), as TensorRT-LLM counts its secondary level; all zeros
+        without a tier."""
         g = self._reported_group() if group is None else validation.count("group", group, 0,
                                                                            len(self.pools) - 1, "layer groups")
         host = getattr(self._reuse, "host", None)
@@ -409,8 +438,9 @@ class ReuseMixin:
         return DEFAULT_RETENTION_PRIORITY
 
     def reset_prefix_cache(self) -> bool:
-        """Drop every cached block; False, with nothing changed, while a live request holds any block."""
-        if any(b >= 0 for seq in self._seqs.values() for blocks in seq.blocks for b in blocks):
+        """Drop every cached block; False, with nothing changed, while a live request holds any block or a copy from
+        the host tier is in flight."""
+        if self._loads_pending() or any(b >= 0 for seq in self._seqs.values() for blocks in seq.blocks for b in blocks):
             return False
         if self._reuse is not None:
             self._reuse.reset()
@@ -424,9 +454,27 @@ class ReuseMixin:
         block = validation.count("block", block, 0, self.pools[g].num_blocks - 1, "blocks of the group")
         if not self.pools[g].is_used(block):
             return "FREE"
-        holders = [seq for seq in self._seqs.values() if block in seq.blocks[g]]
+        seqs = list(self._seqs.values()) + ([] if self._reuse is None else self._reuse.loads.held_by_aborted())
+        holders = [seq for seq in seqs if block in seq.blocks[g]]
         if not holders:
             return "DROPPABLE"
         if all(seq.reuse is not None and not seq.reuse.started for seq in holders):
             return "HELD"
         return "LOCKED"
+
+
+# ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
+class ReuseApiDecisions(Decisions):
+    SUBSYSTEM = "block reuse: admission"
+
+    @rule("the key of the root a request's blocks are filed and found under: its LoRA task id and cache salt, each "
+          "in its own place (vLLM #44701 / PR #44706: LoRA names and cache salts went untagged into one list of extra "
+          "keys, so LoRA 'X' and salt 'X' shared a first block and a base-model request read a LoRA's KV)")
+    def reuse_scope(lora_task_id, cache_salt) -> tuple:
+        return (lora_task_id, cache_salt)
+
+    claim_match_first = setting(
+        True, "whether a hit claims its matched blocks before it takes fresh pages for the rest (TensorRT-LLM "
+        "loadOrAllocateBlocks: claimBlock on each matched block, getFreeBlock after it); allocating first let the "
+        "allocation evict the very blocks the hit was about to claim (TensorRT-LLM #17926: the eviction walk "
+        "detached the committing request's own blocks)")

@@ -16,6 +16,7 @@ import functools
 from ..events.emitter import NO_EVENTS
 from ..policy import Decisions, resolve, rule, setting
 from .stats import BlockCounts, ReuseCounters
+from .transfers import Loads
 from .tree import Node, RadixTree, deepest_first
 
 
@@ -36,6 +37,7 @@ class ReuseCache:
                        for g, (pool, leaf) in enumerate(zip(pools, leaf_only))]
         self.referenced = [0] * len(pools)     # tree pages some request holds
         self.totals = ReuseCounters()
+        self.loads = Loads()                   # copies from the host tier in flight (async_onboard)
         for g, pool in enumerate(pools):
             pool.evict = functools.partial(self.evict, g)
 

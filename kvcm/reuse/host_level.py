@@ -142,8 +142,34 @@ class LeveledReuseCache(ReuseCache):
             victim = order.victim()           # a middle block (no leaf left) keeps its descendants reachable here
             if victim is None:
                 raise RuntimeError(f"layer group {g}: no cached block can be evicted")
-            fallen.append((victim, self._leave_gpu(victim, g)))
+            if self.policy.evicted_page_falls:
+                fallen.append((victim, self._leave_gpu(victim, g)))
+            else:
+                self._drop(victim, g, victim=False)   # out of the cache, as with no host level
         self._fall(g, fallen)
+
+    # ---- lower-tier-only mode: every unheld cached page leaves the GPU at once ---------------------------------
+    def demote_unheld(self) -> None:
+        """Every cached GPU page nobody holds falls to the host level now, in the GPU level's eviction order, as an
+        allocation's eviction would push it (``evict``): the host takes it, evicting its own, or drops it."""
+        for g, pool in enumerate(self.pools):
+            if not self.policy.demotion_frees_gpu_copy:
+                self._copy_down(g)
+            elif pool.num_reusable:
+                self.evict(g, pool.num_reusable)
+
+    def _copy_down(self, g: int) -> None:
+        """Host copies of unheld cached pages that keep their GPU pages too (only a defect does this: blocks on both
+        levels), while the host level has free slots."""
+        host = self.host[g]
+        for page, node in list(self.page_node[g].items()):
+            if node.pages[g] == page and node.refs[g] == 0 and node.host[g] < 0 and host.num_free:
+                row = host.allocate(1)[0]
+                node.host[g] = row
+                self.host_node[g][row] = node
+                host.num_reusable += 1
+                self.host_orders[g].release(node, node.priority)
+                self.offloaded += 1
 
     def _leave_gpu(self, node: Node, g: int) -> int:
         """The node's GPU page goes back to the pool; the node keeps its place in the tree (pending until the host
@@ -302,6 +328,11 @@ _PENDING = -2
 # ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
 class HostLevelDecisions(Decisions):
     SUBSYSTEM = "V2's host level"
+
+    evicted_page_falls = setting(
+        True, "whether a committed page V2 evicts from the GPU falls to the host level (_prepare_free_slots migrates "
+        "it down) rather than leaving the cache; SGLang #33713: nodes evicted from the device were pruned instead of "
+        "downgraded to their host copy, and the host tier's load-back never ran")
 
     onboard_source_protected = setting(
         True, "whether a host page a match is migrating back to the GPU is out of the host level's eviction while "

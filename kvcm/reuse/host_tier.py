@@ -196,12 +196,47 @@ class TieredReuseCache(QueuedReuseCache):
                     self._unset_host(child, g)
         super()._detach_subtree(node, g)
 
+    # ---- lower-tier-only mode: every unheld cached block leaves the GPU at once ------------------------------
+    def demote_unheld(self) -> None:
+        """Each cached GPU block nobody holds, deepest first, goes to the host tier as an eviction would send it
+        there (``_take_cached``: offloaded when its priority allows and the host has a page, else out of the tree
+        with its descendants); its GPU page stays where it is in the free queue, now empty."""
+        for g, pool in enumerate(self.pools):
+            while True:
+                unheld = [n for p, n in self.page_node[g].items() if n.pages[g] == p and n.refs[g] == 0
+                          and n.host[g] < 0]
+                if not unheld:
+                    break
+                node = max(unheld, key=lambda n: (n.depth, -n.serial))
+                if not self.policy.demotion_frees_gpu_copy and self._copy_down(g, node):
+                    continue
+                page = node.pages[g]
+                self._take_cached(g, page)
+                pool.mark_empty(page)
+
+    def _copy_down(self, g: int, node: Node) -> bool:
+        """A host copy of a block that keeps its GPU page (only a defect does this: one block on both levels).
+        False when the host has no empty page."""
+        host = self.host[g]
+        if host.num_free == 0 or self._front_host_block_is_above(g, node):
+            return False
+        row = host.allocate(1)[0]
+        self._drop_host_block(g, row)
+        node.host[g] = row
+        self.host_node[g][row] = node
+        host.num_reusable += 1
+        host._used[row] = 1
+        host.enqueue(row, node.priority, node.duration_ms)
+        self.offloaded += 1
+        return True
+
     # ---- onboard: a request reuses a block from the host tier ------------------------------------------------
     def claim_host(self, node: Node, g: int) -> None:
         """Hold a host block for a match before any GPU page is taken, so no offload can drop it (upstream's
         two-phase claim-then-onboard)."""
         if node.refs[g] == 0:
             self.host[g].queue.claim(node.host[g])
+            self.host[g].num_reusable -= 1        # held: no longer a cached host block anyone could take
         node.refs[g] += 1
 
     def onboard(self, node: Node, g: int, page: int) -> int:
@@ -213,7 +248,6 @@ class TieredReuseCache(QueuedReuseCache):
         self._swap_ids(g, page, row)
         del self.host_node[g][row]
         node.host[g] = -1
-        host.num_reusable -= 1
         host._used[row] = 0
         host.enqueue(row, DEFAULT_PRIORITY)
         node.pages[g] = page
@@ -230,6 +264,7 @@ class TieredReuseCache(QueuedReuseCache):
         node.refs[g] -= 1
         if node.refs[g] == 0:
             self.host[g].queue.restore(node.host[g])
+            self.host[g].num_reusable += 1
 
     def set_page(self, node: Node, g: int, page: int) -> None:
         """A block the tree already holds in the host tier keeps its block: ``storeBlocks`` finds the match (a
@@ -255,6 +290,12 @@ class TieredReuseCache(QueuedReuseCache):
 # ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
 class HostTierDecisions(Decisions):
     SUBSYSTEM = "host tier"
+
+    demotion_frees_gpu_copy = setting(
+        True, "whether a block kvcm's lower-tier-only mode moves to the host gives its GPU page back (one page a "
+        "block, on one level; V1's secondary pool and V2's host level alike); SGLang PR #34046 / #33777: write-back "
+        "kept a host copy of a component that stayed resident on the device, the block held pages on both levels "
+        "and exhausted the host pool")
 
     @rule("whether a cached block an allocation evicts may go to the host tier: at a priority at least "
           "secondary_offload_min_priority (evictionPolicy.cpp getFreeBlock tests level >= min; the docstring of "

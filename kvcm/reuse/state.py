@@ -24,6 +24,7 @@ class ReuseState:
     started: bool = False              # its first context chunk began (V1 reserves then; V2 pages are LOCKED)
     stored_full: int = 0               # V1: full blocks already offered to the tree
     path: list = field(default_factory=list)   # the tree nodes of its leading blocks, as matched or last stored
+    loading: int = 0                   # its blocks still being copied back from the host tier (async_onboard)
 
     def block_retention(self, i: int, tpb: int) -> tuple[int, int | None]:
         """(priority, duration_ms) block ``i`` is taken or stored with (TensorRT-LLM's ``getFreeBlock`` claims a

@@ -122,6 +122,7 @@ class RadixTree:
         self.num_groups = num_groups
         self.roots: dict = {}
         self._hash = resolve(policy).block_key_hash      # None: a child's key is its tokens
+        self._unlink = resolve(policy).detached_node_unlinked
 
     def root(self, scope, create: bool = False) -> Node | None:
         node = self.roots.get(scope)
@@ -154,7 +155,8 @@ class RadixTree:
             siblings.remove(node)
             if not siblings:
                 del parent.by_first[node.tokens[0]]
-        node.parent = None
+        if self._unlink:           # a detached node names no parent: nothing can take it for a filed one
+            node.parent = None
 
     def walk(self, root: Node | None, blocks: list[tuple]) -> list[Node]:
         """The nodes of the longest run of ``blocks`` found from ``root``, in order (full blocks only)."""
@@ -195,6 +197,11 @@ class RadixTree:
 # ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
 class TreeDecisions(Decisions):
     SUBSYSTEM = "block reuse: keys"
+
+    detached_node_unlinked = setting(
+        True, "whether a block taken out of the tree drops its link to its parent (TensorRT-LLM PR #16037, nvbugs "
+        "6418912 in #16019: released detached blocks kept their mPrevBlockInSeq link, and chains of finished "
+        "requests stayed joined through them); a link left behind makes the block look filed where it is not")
 
     block_key_hash = setting(
         None, "what a block is filed and found under among its parent's children: None, its tokens themselves, "

@@ -25,6 +25,10 @@ class Match:
     partial: Node | None = None
     partial_len: int = 0
     in_place: bool = False     # V1: an unreferenced leaf taken over instead of copied
+    group_nodes: list = field(default_factory=list)   # per group: the nodes it claims (``nodes`` once reconciled)
+
+    def of_group(self, g: int) -> list[Node]:
+        return self.group_nodes[g] if self.group_nodes else self.nodes
 
     def length(self, tpb: int) -> int:
         return len(self.nodes) * tpb + self.partial_len
@@ -38,10 +42,16 @@ def chop(tokens, upto: int, tpb: int, partial: bool) -> list[tuple]:
     return out
 
 
+def _absent(node: Node, g: int) -> bool:
+    """Whether a hit cannot use the node's block in group g: no page on the GPU, and none on the host that is not
+    already being loaded by a request (a load in flight makes the block its loader's until it lands)."""
+    return node.pages[g] < 0 and (node.host[g] < 0 or node.refs[g] > 0)
+
+
 def _leading(nodes: list[Node], g: int, n: int) -> int:
     """How many leading nodes have their block in group g, on the GPU or offloaded to the host tier."""
     for i in range(n):
-        if nodes[i].pages[g] < 0 and nodes[i].host[g] < 0:
+        if _absent(nodes[i], g):
             return i
     return n
 
@@ -59,8 +69,9 @@ class V1ReuseRules:
     def leaf_only(groups) -> list[bool]:
         return [True] * len(groups)
 
-    def trim(self, nodes: list[Node], groups, tpb: int, decisions) -> int:
-        return decisions.window_reuse_length([_leading(nodes, g.index, len(nodes)) for g in groups])
+    def group_length(self, nodes: list[Node], group, n: int, tpb: int) -> int:
+        """Group ``group``'s own hit among the first ``n`` nodes: the leading blocks it holds."""
+        return _leading(nodes, group.index, n)
 
     @staticmethod
     def skipped(group, length: int) -> range:
@@ -124,19 +135,12 @@ class V2ReuseRules:
         m = n
         while True:
             skip = self.skipped(group, m * tpb)
-            missing = next((i for i in range(m) if i not in skip and nodes[i].pages[g] < 0
-                            and nodes[i].host[g] < 0), None)
+            missing = next((i for i in range(m) if i not in skip and _absent(nodes[i], g)), None)
             if missing is None:
                 return m
             m = missing
 
-    def trim(self, nodes: list[Node], groups, tpb: int, decisions) -> int:
-        n = len(nodes)
-        while True:
-            new = decisions.window_reuse_length([self._group_length(nodes, g, n, tpb) for g in groups])
-            if new >= n:
-                return n
-            n = new
+    group_length = _group_length
 
     @staticmethod
     def retain_claimed(nodes: list[Node], state, tpb: int, decisions) -> None:
@@ -151,14 +155,30 @@ class V2ReuseRules:
         return [g.index for g in groups]
 
 
+def reconcile(rules, nodes: list[Node], groups, tpb: int, decisions) -> tuple[int, list[int]]:
+    """The hit every group can serve, in blocks, and each group's own hit: the groups' lengths combined (the
+    policy's ``window_reuse_length``), then again at the shorter length until no group shortens it (a shorter hit
+    moves a sliding group's window back over other blocks; V1 keeps every block, so one pass is its fixed point)."""
+    own = [rules.group_length(nodes, g, len(nodes), tpb) for g in groups]
+    n = min(decisions.window_reuse_length(own), len(nodes))
+    while decisions.hit_length_fixed_point:
+        new = decisions.window_reuse_length([rules.group_length(nodes, g, n, tpb) for g in groups])
+        if new >= n:
+            break
+        n = new
+    return n, own
+
+
 def find_match(cache, root: Node | None, lookup: list, tpb: int, groups, policy, *, partial: bool,
                copy_on_partial_reuse: bool) -> Match:
-    """The hit of ``lookup`` (the tokens looked up, last token already left out): changes nothing."""
+    """The hit of ``lookup`` (the tokens looked up, last token already left out): changes nothing. Each group
+    claims the reconciled hit's nodes (its own longer hit cut to it, the policy's ``cut_to_reconciled_hit``)."""
     blocks = chop(lookup, len(lookup), tpb, partial=True)
     full = [b for b in blocks if len(b) == tpb]
     walked = cache.tree.walk(root, full)
-    n = min(policy.trim(walked, groups, tpb, cache.policy), len(walked))
-    match = Match(walked[:n])
+    n, own = reconcile(policy, walked, groups, tpb, cache.policy)
+    cut = cache.policy.cut_to_reconciled_hit(tuple(g.is_full for g in groups))
+    match = Match(walked[:n], group_nodes=[walked[:n if c else max(n, k)] for c, k in zip(cut, own)])
     if not partial or n < len(walked) or root is None or n >= len(blocks):
         return match
     parent = walked[n - 1] if n else root
@@ -184,7 +204,7 @@ def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int],
     gives its own back)."""
     tree = cache.tree
     parent = tree.root(state.scope, create=True)
-    known = _known_path(state.path, parent, upto // tpb)
+    known = _known_path(state.path, parent, upto // tpb, cache.policy.recorded_path_checked)
     blocks = [node.tokens for node in known] + chop(state.tokens[len(known) * tpb:], upto - len(known) * tpb, tpb,
                                                      partial)
     node = parent
@@ -218,11 +238,15 @@ def store(cache, state, table: list[list[int]], upto: int, group_ids: list[int],
         cache._prune(node)
 
 
-def _known_path(path: list[Node], root: Node, n: int) -> list[Node]:
+def _known_path(path: list[Node], root: Node, n: int, checked: bool = True) -> list[Node]:
     """The leading nodes of a request's last match or store (at most ``n``) still filed where they were: each
     one's parent the one before it. Its tokens are the request's, so ``store`` skips looking those blocks up
     again (a few-shot request's shared prefix is most of its blocks, stored at context end and at release). A
-    node leaves the tree only once it has no children, so the first one moved ends the run."""
+    node leaves the tree only once it has no children, so the first one moved ends the run; an eviction can take
+    a prefix out from under a live request (its own copy of a block below stays its private page), which is why
+    each link is checked (the policy's ``recorded_path_checked``)."""
+    if not checked:
+        return path[:n]
     parent = root
     for i, node in enumerate(path[:n]):
         if node.parent is not parent:
@@ -280,6 +304,25 @@ class MatchDecisions(Decisions):
           "(TensorRT-LLM PR #10875 / PR #2983 took a per-window or the longest one)")
     def window_reuse_length(lengths: list) -> int:
         return min(lengths)
+
+    hit_length_fixed_point = setting(
+        True, "whether a hit's length, once one group shortened it, is checked again over every group until none "
+        "shortens it (vLLM HybridKVCacheCoordinator.find_longest_cache_hit's fixed-point loop; PR #45614 and issue "
+        "#43559: the common hit and a group's blocks disagreed): in one pass a V2 sliding group's window, moved back "
+        "by a shorter full-attention hit, covered blocks that group does not hold, and the request took unwritten "
+        "pages for tokens counted as cached")
+
+    @rule("which groups' hits are cut to the reconciled hit length, given whether each group is full attention: "
+          "every group (vLLM PR #52828: only the first full-attention group was truncated, a draft model's group "
+          "kept its longer hit, its block table no longer matched the hit length and cache_hit_length went to 0)")
+    def cut_to_reconciled_hit(group_is_full: tuple) -> tuple:
+        return tuple(True for _ in group_is_full)
+
+    recorded_path_checked = setting(
+        True, "whether a commit that starts from the blocks a request last matched or stored checks that each is "
+        "still filed under the one before it (TensorRT-LLM PR #18095 / #18610, issue #17926: an eviction detached a "
+        "live request's tree block and its next commit built on the detached prefix: a segfault upstream, cached "
+        "pages no lookup can reach here)")
 
     @rule("whether a manager may reuse a partly matched block: only when asked and when no group stores compressed "
           "entries (DeepSeek-V4's _supports_partial_reuse = False: a mid-block prefix hands over rows of tokens the "

@@ -119,10 +119,11 @@ def test_setup_for_reuse_sliding_window_stale_range():
     migrated back; only the window's block is."""
     mgr = manager("v2", blocks=4, host_blocks=16, window=TPB)
     _push_down(mgr, 0, 0, 3)
-    rid = 1
-    while mgr.get_level_statistics(1).evictable < 3:     # other prompts until the first one's 3 blocks are down
+    for rid in range(1, 16):                             # other prompts until the first one's 3 blocks are down
+        if mgr.get_level_statistics(1).evictable >= 3:
+            break
         _push_down(mgr, rid, 1000 * rid, 3)
-        rid += 1
+    assert mgr.get_level_statistics(1).evictable >= 3, "evicted blocks never reached the host level"
     onboarded = _stats(mgr)[1]
     assert add(mgr, "hit", _prompt(0, 3, 1)) == 3 * TPB
     assert _stats(mgr)[1] - onboarded == 1               # block 2; blocks 0 and 1 are before the window

@@ -58,3 +58,30 @@ def test_host_tier_on_equals_off_equals_hf(llama, version):
     stats = llm_on.manager.get_kv_cache_stats()
     assert stats.offloaded_blocks > 0 and stats.onboarded_blocks > 0
     assert llm_on.reuse_stats.computed_tokens < llm_off.reuse_stats.computed_tokens
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_lower_tier_only_equals_hf_with_every_hit_from_the_host(llama, version):
+    """``KvCacheConfig(lower_tier_only=True)`` (docs/semantics.md 11.8): every block a finished request leaves
+    cached goes to the host tier at once, so every block the second round reuses is copied back from host memory;
+    greedy output is still Hugging Face's."""
+    llm = LLM(llama, kvcm_version=version, max_batch_size=1, max_seq_len=256, enable_block_reuse=True,
+              kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=TPB, max_tokens=16 * TPB, dtype="float32",
+                                                 lower_tier_only=True),
+              host_cache_size=32 * block_bytes(llama))
+    params = SamplingParams(max_new_tokens=NEW, ignore_eos=True)
+    first, second = prompts(5)
+    llm.generate(first, params)
+    outs = [o.token_ids for o in llm.generate(second, params)]
+    ref = [o.token_ids for o in hf_generate(llama, second, NEW)]
+    assert [o[:len(r)] for o, r in zip(outs, ref)] == ref
+    stats = llm.manager.get_kv_cache_stats()
+    assert stats.reused_blocks > 0 and stats.reused_host_blocks == stats.reused_blocks, \
+        f"{stats.reused_host_blocks} of {stats.reused_blocks} reused blocks came back from the host"
+
+
+def test_the_engine_refuses_async_onboard(llama):
+    """The engine brings host hits back within the step; a cache that leaves them in flight is one ConfigError."""
+    with pytest.raises(kvcm.ConfigError, match="kv_cache_config.async_onboard.*True.*complete_transfers"):
+        LLM(llama, kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=TPB, max_tokens=16 * TPB, async_onboard=True,
+                                                      host_cache_size=1 << 20))

@@ -37,7 +37,19 @@ def observe(mgr) -> tuple:
     states = tuple(tuple(mgr.page_state(g, b) for b in range(mgr.pools[g].num_blocks)) for g in groups)
     return (tuple(dataclasses.astuple(mgr.get_block_counts(g)) for g in groups), mgr.get_num_free_blocks(),
             dataclasses.astuple(mgr.get_kv_cache_stats()), tuple(requests), states, tree_dump(mgr),
-            tuple(mgr.stale_released))
+            tuple(mgr.stale_released), loads_dump(mgr))
+
+
+def loads_dump(mgr) -> tuple:
+    """The copies from the host tier in flight (group, page, block, loading or aborted) and the tables of the
+    requests freed while theirs were in flight."""
+    loads = getattr(mgr._reuse, "loads", None)
+    if loads is None:
+        return ()
+    aborted = {id(seq): rid for rid, seq in loads.aborted}
+    return (tuple((load.group, load.page, load.node.tokens, aborted.get(id(load.seq), "live"))
+                  for load in loads.in_flight),
+            tuple((rid, tuple(map(tuple, seq.blocks))) for rid, seq in loads.aborted))
 
 
 def check_books(mgr) -> None:
@@ -48,8 +60,8 @@ def check_books(mgr) -> None:
         c = mgr.get_block_counts(g)
         assert c.free + c.reusable + c.in_use == c.total == pool.num_blocks, (g, c)
         holders: dict[int, int] = {}
-        for rid in mgr.request_ids:
-            for page in mgr._seqs[rid].blocks[g]:
+        for seq in held_sequences(mgr):
+            for page in seq.blocks[g]:
                 if page >= 0:
                     holders[page] = holders.get(page, 0) + 1
         for page, n in holders.items():
@@ -66,9 +78,9 @@ def check_books(mgr) -> None:
         unheld = sum(1 for p, node in tree_pages.items() if node.refs[g] == 0)
         assert c.reusable == unheld, (g, c, unheld)
         assert c.in_use == len(holders), (g, c, len(holders))
-        for rid in mgr.request_ids:
-            seq = mgr._seqs[rid]
+        for seq in held_sequences(mgr):
             blocks = seq.blocks[g]
+            rid = next((r for r in mgr.request_ids if mgr._seqs[r] is seq), "an aborted request")
             assert len(blocks) == ceil_div(seq.capacity, tpb), (rid, g, len(blocks), seq.capacity)
             # V1 keeps every block; V2 releases only blocks before the window (and its sinks) or the chunk at
             # this history
@@ -79,6 +91,44 @@ def check_books(mgr) -> None:
                     assert lo <= i < hi, f"{rid!r} group {g}: block {i} of {len(blocks)} has no page outside the " \
                         f"stale range [{lo}, {hi}) at history {seq.history}"
     check_levels(mgr)
+    check_filed(mgr)
+
+
+def held_sequences(mgr) -> list:
+    """Every sequence that holds pages: the live requests', and those of requests freed while a copy from the host
+    tier was in flight (they keep their pages until it lands, docs/semantics.md 11.8)."""
+    loads = getattr(mgr._reuse, "loads", None)
+    return [mgr._seqs[rid] for rid in mgr.request_ids] + ([] if loads is None else loads.held_by_aborted())
+
+
+def check_filed(mgr) -> None:
+    """Every cached page, on either level, belongs to a block a lookup can reach: its node is its parent's child
+    under its tokens, up to the root of its scope. A page filed on a block that left the tree is counted as cached
+    and can never be found (TensorRT-LLM PR #18095: a commit onto a detached prefix)."""
+    cache = mgr._reuse
+    if cache is None:
+        return
+    roots = {id(root) for root in cache.tree.roots.values()}
+    reachable: set[int] = set()
+
+    def filed(node) -> bool:
+        seen = []
+        while id(node) not in reachable and id(node) not in roots:
+            parent = node.parent
+            if parent is None or cache.tree.child(parent, node.tokens) is not node:
+                return False
+            seen.append(node)
+            node = parent
+        reachable.update(id(n) for n in seen)
+        return True
+
+    for g in range(len(mgr.pools)):
+        for page, node in cache.page_node[g].items():
+            if node.pages[g] == page:
+                assert filed(node), f"group {g}: cached page {page} is filed on block {node.tokens}, which no " \
+                                    "lookup reaches (it left the tree)"
+        for row, node in getattr(cache, "host_node", [{}] * len(mgr.pools))[g].items():
+            assert filed(node), f"group {g}: host page {row} holds block {node.tokens}, which no lookup reaches"
 
 
 def check_levels(mgr) -> None:
@@ -153,10 +203,12 @@ def check_reused_tokens(mgr) -> None:
 
 
 def all_free_after_reset(mgr) -> None:
-    """Free every request, reset the prefix cache: every block of every group is free."""
+    """Free every request, land the copies in flight, reset the prefix cache: every block of every group is free."""
     for rid in list(mgr.request_ids):
         mgr.free_resources(rid)
-    assert mgr.reset_prefix_cache() is True
+    mgr.complete_transfers()
+    assert mgr.reset_prefix_cache() is True, "reset_prefix_cache refused with every request freed and every " \
+                                             "copy landed: pages are still held"
     for g, pool in enumerate(mgr.pools):
         assert pool.num_free == pool.num_blocks, f"group {g}: {pool.num_blocks - pool.num_free} blocks never free"
 

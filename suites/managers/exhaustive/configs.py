@@ -45,6 +45,8 @@ class Config:
     host_eviction: str = "lru"   # V2's host level: its order (KvCacheConfig.host_eviction_policy)
     retention: bool = False      # V1: admissions with timed retention priorities, the clock, refresh_blocks
     scopes: bool = False         # admissions under a cache_salt and a lora_task_id too
+    lower_tier: bool = False     # KvCacheConfig.lower_tier_only: every hit comes back from the host tier
+    async_load: bool = False     # KvCacheConfig.async_onboard: host hits load in flight until complete_transfers
     events: int = 0              # event_buffer_max_size: KV cache events on, checked after every call
     event_hash: str = "auto"     # kv_cache_event_hash_algo
 
@@ -56,6 +58,8 @@ class Config:
         extra += f"-{self.host_eviction}" if self.host_eviction != "lru" else ""
         extra += "-ret" if self.retention else ""
         extra += "-scopes" if self.scopes else ""
+        extra += "-lower" if self.lower_tier else ""
+        extra += "-async" if self.async_load else ""
         extra += f"-ev{self.events}" if self.events else ""
         extra += f"-{self.event_hash}" if self.event_hash != "auto" else ""
         return (f"{self.version}-{self.layout}-tpb{self.tpb}-b{self.blocks}-reuse_{self.reuse}-"
@@ -93,6 +97,11 @@ def _spec(cfg: Config) -> ModelSpec:
                       LayerSpec(1, 8, "bfloat16", t + cfg.tpb, model_layer=1)), name="two-windows")
 
 
+def _host_switches(cfg: Config) -> dict:
+    """The host tier's own switches of a configuration (docs/semantics.md 11.8)."""
+    return dict(lower_tier_only=cfg.lower_tier, async_onboard=cfg.async_load)
+
+
 def _events(cfg: Config) -> dict:
     """The event options of the configuration (none when its events are off: the config as it always was)."""
     if not cfg.events:
@@ -125,8 +134,8 @@ def build(cfg: Config):
         mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool), **limits)
         if cfg.host:   # host_cache_size in bytes: ``host`` blocks of every group (docs/semantics.md 11.6)
             host_bytes = cfg.host * sum(g.bytes_per_block for g in mgr.layer_groups)
-            mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool, host_cache_size=host_bytes),
-                                               **limits)
+            mgr = kvcm.create_kv_cache_manager("v1", _spec(cfg), KvCacheConfig(**pool, host_cache_size=host_bytes,
+                                                                                **_host_switches(cfg)), **limits)
             assert mgr.get_host_block_counts(0).total == cfg.host, cfg
     elif cfg.host:
         mgr = _v2_host_level(cfg, limits)
@@ -173,9 +182,19 @@ def default_configs() -> list[Config]:
     out.append(Config("v1", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=6000))
     for version in ("v1", "v2"):
         out.append(Config(version, "full", 2, 4, "on", ids=True, scopes=True, max_states=3000))
+    out += lower_tier_configs()
     for reuse, ids, draft in (("off", True, 0), ("on", True, 0), ("copy", True, 1), ("copy", False, 0)):
         out.append(Config("dsv4", "dsv4", 128, 4, reuse, ids=ids, draft=draft, max_states=3000))
     return out + event_configs()
+
+
+QUICK_FLOORS = {
+    # the fewest states a configuration keeps below scale 1, each the budget at which the explorer first reaches
+    # the registered defect named beside it (measured; the search is deterministic)
+    "v1-full-tpb2-b4-reuse_on-ids-r2": 2500,                        # commit-onto-detached-prefix (5 calls)
+    "v2-full-tpb2-b3-reuse_on-ids-r2-h2": 3000,                     # hit-allocates-before-claiming (6 calls)
+    "v1-full+window-tpb2-b4-reuse_copy-ids-r2-h2-lower-async": 1800,  # aborted-request-freed-at-first-copy (5)
+}
 
 
 def deep_configs() -> list[Config]:
@@ -189,12 +208,30 @@ def v2_host_level_configs() -> list[Config]:
     """V2 with a host level of 2 pages a group: evicted pages fall to it, a hit migrates them back, the host evicts
     its own and drops what it cannot take; a full group alone, and with a sliding window beside it."""
     return [Config("v2", "full", 2, 4, "on", ids=True, host=2, max_states=3000),
+            # three blocks: a hit that brings a block back from the host must evict on the GPU, its match claimed
+            Config("v2", "full", 2, 3, "on", ids=True, host=2, max_states=3000),
             Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, max_states=3000),
             # retention priorities (V2 has no durations: no clock), so the host level's priority order is walked
             Config("v2", "full", 2, 4, "on", ids=True, host=2, retention=True, slots=1, max_states=2000),
             # the host level's own order by ARC (vLLM's offload policy): recency, frequency and ghost adaptation
             Config("v2", "full", 2, 4, "on", ids=True, host=2, host_eviction="arc", max_states=3000),
             Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, host_eviction="arc", max_states=3000)]
+
+
+# ---- the host tier's own switches (docs/semantics.md 11.8) ----------------------------------------------------------
+def lower_tier_configs() -> list[Config]:
+    """Every hit through the host tier (``lower_tier_only``), and host hits left loading until ``complete_transfers``
+    (``async_onboard``) with requests freed while their copies are in flight, on V1's secondary pool and V2's host
+    level; one of each with a sliding window beside the full group, and events on where a router's index must follow
+    the blocks the mode moves down and the loads bring back up."""
+    return [Config("v1", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, events=64, max_states=2500),
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, events=64, max_states=2500),
+            Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, lower_tier=True, max_states=2500),
+            Config("v1", "full", 2, 4, "on", ids=True, host=2, async_load=True, max_states=3000),
+            Config("v2", "full", 2, 4, "on", ids=True, host=2, lower_tier=True, async_load=True, events=64,
+                   max_states=3000),
+            Config("v1", "full+window", 2, 4, "copy", ids=True, host=2, lower_tier=True, async_load=True,
+                   max_states=3000)]
 
 
 def _v2_host_level(cfg: Config, limits: dict):
@@ -205,7 +242,8 @@ def _v2_host_level(cfg: Config, limits: dict):
     def make(c):
         per_block = sum(g.bytes_per_block for g in kvcm.create_kv_cache_manager("v2", spec, c, **limits).layer_groups)
         return kvcm.create_kv_cache_manager("v2", spec, c.replace(host_cache_size=cfg.host * per_block,
-                                                                  host_eviction_policy=cfg.host_eviction), **limits)
+                                                                  host_eviction_policy=cfg.host_eviction,
+                                                                  **_host_switches(cfg)), **limits)
 
     mgr = _equal_pools(make, cfg, cfg.tpb)
     assert [mgr.get_host_block_counts(g).total for g in range(len(mgr.pools))] == [cfg.host] * len(mgr.pools), cfg

@@ -18,7 +18,7 @@ import pytest
 import kvcm.policy
 from pytest_kvcm.markers import exhaustive_scale
 
-from .configs import Config
+from .configs import QUICK_FLOORS, Config
 from .search import Explorer, Report
 
 _REPORTS: dict[Config, Report] = {}
@@ -45,12 +45,22 @@ def _search(job: tuple[Config, float, str | None]) -> Report:
     worker's exception that cannot be unpickled (kvcm's errors take several arguments) left ``Pool.map`` waiting
     for ever, and one configuration's error hid every other's result."""
     cfg, scale, defect = job
-    states = max(2, round(cfg.max_states * scale))
+    states = budget(cfg, scale)
     with _injected(defect):
         try:
             return Explorer(cfg).run(states, seconds=60 + SECONDS_A_STATE * states)
         except Exception as exc:  # noqa: BLE001 - the configuration could not be searched: said, not raised
             return Report(cfg, broken=f"{type(exc).__name__}: {exc}")
+
+
+def budget(cfg: Config, scale: float) -> int:
+    """The states a configuration's search may reach: its budget times ``scale``, but below scale 1 (the pre-merge
+    quick form) never fewer than the floor that reaches the registered defects it is named to catch
+    (``configs.QUICK_FLOORS``), so ``kvcm sensitivity`` sees them caught at any scale."""
+    states = max(2, round(cfg.max_states * scale))
+    if scale < 1:
+        states = max(states, min(QUICK_FLOORS.get(cfg.name, 0), cfg.max_states))
+    return states
 
 
 def pytest_collection_modifyitems(config, items):

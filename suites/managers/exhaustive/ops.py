@@ -16,10 +16,15 @@ moves the manager's clock a millisecond at a time (``tick``, a few times at most
 calls ``refresh_blocks``; there every other operation is also tried with a clock that fails (``clock-raises?``
 and, on a release, ``clock-backwards?`` and ``clock-nan?``): it raises ``UserCallbackError`` with the manager
 exactly as it was (the search compares every byte it keeps, not only what a caller sees), or reads no clock and
-goes through. One with ``scopes`` admits under a ``cache_salt`` and a ``lora_task_id`` too, whose
-blocks no other scope may match. One with ``events`` (``event_buffer_max_size``) reads them as a router does
-between steps (``flush_iteration_events``, ``get_latest_events``; the search itself reads them after every call,
-``events_check.py``) and asks with a negative wait.
+goes through. One with ``scopes`` admits under a ``cache_salt`` and a ``lora_task_id`` too, whose blocks no
+other scope may match (the salt equals the LoRA id, so a key that did not tell the two apart would share their
+blocks). One with ``events`` (``event_buffer_max_size``) reads them as a router does between steps
+(``flush_iteration_events``, ``get_latest_events``; the search itself reads them after every call,
+``events_check.py``) and asks with a negative wait. One with ``async_load`` leaves an admission whose hit comes
+from the host tier loading: the engine may only free it (an abort while its copies are in flight) or call
+``complete_transfers`` for every copy or the oldest one (``complete``), and a context chunk for it or a poll of
+no copy is bad input; ``lower_tier`` needs no operation of its own (every call ends with the cached blocks on
+the host).
 
 A new manager operation or option joins this alphabet (``enabled`` and ``apply``) in the same change.
 """
@@ -83,14 +88,19 @@ def retention(cfg) -> KvCacheRetentionConfig:
 ADMISSIONS = {"admit": {}, "add": {}}          # op -> add_sequence's options (configs add to it below)
 
 
-def _admissions(cfg) -> dict:
+def admissions(cfg) -> dict:
     out = dict(ADMISSIONS)
     if cfg.retention:
         out["admit-ret"] = {"retention_config": retention(cfg)}
     if cfg.scopes:
-        out["admit-salt"] = {"cache_salt": "s"}
+        out["admit-salt"] = {"cache_salt": 7}
         out["admit-lora"] = {"lora_task_id": 7}
     return out
+
+
+def scope_of(kind: str) -> str:
+    """The reuse scope an admission files its blocks under: "" (none), "salt" or "lora"."""
+    return {"admit-salt": "salt", "admit-lora": "lora"}.get(kind, "")
 
 
 class Req(NamedTuple):
@@ -98,6 +108,7 @@ class Req(NamedTuple):
     ids: bool
     done: int
     gen: tuple
+    scope: str = ""        # scope_of its admission ("" for a request made by its first chunk)
 
 
 class Driver(NamedTuple):
@@ -124,11 +135,13 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
                 continue                    # empty slots are alike: admit into the first one only
             for p, prompt in enumerate(prompts):
                 if cfg.ids:
-                    ops += [(kind, s, p) for kind in _admissions(cfg)]
+                    ops += [(kind, s, p) for kind in admissions(cfg)]
                 ops += [("chunk", s, p, n) for n in _chunks(len(prompt), scale)]
             continue
         length = len(prompts[req.prompt])
-        if req.done < length:
+        if req.done < length and cfg.async_load and mgr.is_loading(rid(s)):
+            ops.append(("chunk-loading?", s))          # only an abort (free) or complete_transfers may come next
+        elif req.done < length:
             ops += [("chunk", s, req.prompt, n) for n in _chunks(length - req.done, scale)]
         else:
             history = mgr.get_history(rid(s))
@@ -150,6 +163,8 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
         ops.append(("free-unknown?", first_empty))
     ops += [("undummy",)] if drv.dummies else [("dummy", k) for k in DUMMIES] + [("bad-dummy?",)]
     ops.append(("reset",))
+    if cfg.async_load and mgr._reuse.loads.pending():
+        ops += [("complete", None), ("complete", 1), ("complete-zero?",)]
     if cfg.host or cfg.retention:
         ops.append(("refresh",))
     if cfg.retention and hasattr(mgr.pools[0], "clock"):              # V1's clock
@@ -195,15 +210,17 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
     if kind in ("add", "admit", "admit-ret", "admit-salt", "admit-lora"):
         _, s, p = op
         try:
-            n = m.add_sequence(rid(s), list(prompts[p]), **_admissions(cfg)[kind])
+            n = m.add_sequence(rid(s), list(prompts[p]), **admissions(cfg)[kind])
         except REFUSALS:
             raise Refused from None
         # docs/semantics.md 11.2: the last token is always recomputed; DeepSeek-V4 reuses whole blocks only
         assert 0 <= n < len(prompts[p]), f"add_sequence reused {n} of {len(prompts[p])} tokens"
         assert cfg.version != "dsv4" or n % cfg.tpb == 0, f"DeepSeek-V4 reused {n} tokens, not whole blocks"
-        _reused_pages_are_cached(m, cfg, rid(s), n)
-        slots[s] = Req(p, True, n, ())
-        if kind != "add":             # the whole rest of the prompt in one chunk; refused, the engine frees it
+        loading = cfg.async_load and m.is_loading(rid(s))
+        if not loading:
+            _reused_pages_are_cached(m, cfg, rid(s), n)
+        slots[s] = Req(p, True, n, (), scope_of(kind))
+        if kind != "add" and not loading:   # the whole rest of the prompt in one chunk; refused, the engine frees it
             length = len(prompts[p])
             try:
                 m.begin_context_chunk(rid(s), n, length - n, length)
@@ -213,7 +230,7 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
                 return Driver(tuple(slots), drv.dummies)
             m.end_context_chunk(rid(s), length)
             m.append_tokens(rid(s), [1])
-            slots[s] = Req(p, True, length, (1,))
+            slots[s] = Req(p, True, length, (1,), scope_of(kind))
     elif kind == "chunk":
         _, s, p, n = op
         req = slots[s] or Req(p, False, 0, ())
@@ -262,6 +279,14 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
     elif kind == "reset":
         if not m.reset_prefix_cache():
             raise Refused
+    elif kind == "complete":         # every copy in flight lands, or the oldest one; the requests named may run
+        loading = [rid(s) for s, req in enumerate(drv.slots) if req is not None and m.is_loading(rid(s))]
+        done = m.complete_transfers(op[1])
+        still = [r for r in loading if m.is_loading(r)]
+        assert sorted(done + still) == sorted(loading) and (op[1] is not None or not still), \
+            f"complete_transfers({op[1]}) returned {done}; loading were {loading}, {still} still are"
+        for r in done:                 # the blocks each one loaded are cached pages of its table now
+            _reused_pages_are_cached(m, cfg, r, m.get_prepopulated_prompt_len(r))
     elif kind == "events":           # a router's read between steps: the check drained the last call's already
         m.flush_iteration_events()
         assert m.get_latest_events(0) == [] and m.get_latest_events() == [], "events read twice"
@@ -315,6 +340,12 @@ def _bad_input(m, cfg, prompts, drv: Driver, op: tuple) -> None:
         m.end_generation(rid(s), m.get_history(rid(s)))
     elif kind == "add-held?":         # a request id already held
         m.add_sequence(rid(s), list(prompts[0]))
+    elif kind == "complete-zero?":    # a poll that lands no copy is a mistake, not a no-op
+        m.complete_transfers(0)
+    elif kind == "chunk-loading?":    # its cached prefix is still on its way from the host tier
+        req = drv.slots[s]
+        length = len(prompts[req.prompt])
+        m.begin_context_chunk(rid(s), req.done, length - req.done, length)
     elif kind == "free-unknown?":
         m.free_resources(rid(s))
     elif kind == "bad-events?":       # a negative wait

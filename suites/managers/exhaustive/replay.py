@@ -18,7 +18,7 @@ class _Recorder:
 
     def __getattr__(self, name):
         target = getattr(self._mgr, name)
-        if not callable(target) or name.startswith("get_") or name in ("has_request", "block_table"):
+        if not callable(target) or name.startswith("get_") or name in ("has_request", "block_table", "is_loading"):
             return target
 
         def call(*args, **kwargs):

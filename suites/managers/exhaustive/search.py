@@ -38,7 +38,7 @@ from _observe import all_free_after_reset, check_books, check_reused_tokens, obs
 from . import oracle as oracle_model
 from .configs import Config, build
 from .events_check import EventCheck
-from .ops import Driver, Refused, apply, enabled
+from .ops import Driver, Refused, admissions, apply, enabled, scope_of
 from .replay import replay_text
 
 
@@ -154,6 +154,15 @@ class Explorer:
             parts.append((_seq_counters(seq), tuple(tuple(name(g, b) for b in blocks)
                                                      for g, blocks in enumerate(seq.blocks))))
         parts.append(tuple(signature for signature, _ in slots))
+        loads = getattr(mgr._reuse, "loads", None)
+        if loads is not None and loads.pending():       # copies in flight, and requests freed before they landed
+            who = {id(seqs[r]): i for i, (_, r) in enumerate(slots)}
+            for _, seq in loads.aborted:
+                who[id(seq)] = f"aborted {len(who)}"
+                parts.append((_seq_counters(seq), tuple(tuple(name(g, b) for b in blocks)
+                                                         for g, blocks in enumerate(seq.blocks))))
+            parts.append(tuple((who.get(id(load.seq)), load.group, name(load.group, load.page), load.node.depth,
+                                load.node.tokens) for load in loads.in_flight))
         cache = mgr._reuse
         if cache is not None:
             order = []
@@ -259,7 +268,7 @@ class Explorer:
                 continue
             seen.add(k)
             new_blob = self.snapshot(mgr)
-            problem = self._state_problem(mgr, new_blob)
+            problem = self._state_problem(mgr, new_blob, drv_next)
             if problem:
                 self._violation(report, kinds, problem[0], problem[1], path, op)
                 continue
@@ -272,14 +281,17 @@ class Explorer:
             if len(seen) >= limit:
                 return
 
-    def _state_problem(self, mgr, blob: bytes) -> tuple[str, str] | None:
+    def _state_problem(self, mgr, blob: bytes, drv: Driver) -> tuple[str, str] | None:
         try:
             check_books(mgr)
             check_reused_tokens(mgr)
+            if self.cfg.lower_tier:     # docs/semantics.md 11.8: no cached block stays on the GPU unheld
+                left = [p.num_reusable for p in mgr.pools]
+                assert not any(left), f"lower_tier_only: cached blocks nobody holds left on the GPU: {left}"
         except AssertionError as exc:
             return "books", str(exc)
         try:
-            self._check_queries(mgr)
+            self._check_queries(mgr, drv)
         except AssertionError as exc:
             return "query", str(exc)
         except Exception as exc:  # noqa: BLE001 - a query (or the probe's dummy) raising is the finding
@@ -288,14 +300,17 @@ class Explorer:
             return "query", "a query changed the manager"
         return None
 
-    def _check_queries(self, mgr) -> None:
-        """What an engine asks between steps: counts that agree, an admission credit within what is held, V1's
-        available tokens from docs/semantics.md 3 (``min(bound, free blocks * tpb - E - drafts)``)."""
+    def _check_queries(self, mgr, drv: Driver) -> None:
+        """What an engine asks between steps: counts that agree, an admission credit within what is held (and none
+        under a scope no live request has: only its own requests can hold blocks of a scope), V1's available
+        tokens from docs/semantics.md 3 (``min(bound, free blocks * tpb - E - drafts)``)."""
         cfg, counts = self.cfg, mgr.get_block_counts()
         assert mgr.get_num_free_blocks() == counts.free + counts.reusable, (mgr.get_num_free_blocks(), counts)
-        for g in range(len(mgr.pools)) if cfg.host else ():   # the host tier: every block free or holding one
-            host = mgr.get_host_block_counts(g)
-            assert host.free + host.reusable == host.total == cfg.host and host.in_use == 0, (g, host)
+        for g in range(len(mgr.pools)) if cfg.host else ():   # the host tier: every block free or holding one,
+            host = mgr.get_host_block_counts(g)                  # in use only while a copy in flight reads it
+            reading = len({id(load.node) for load in mgr._reuse.loads.in_flight if load.group == g})
+            assert host.free + host.reusable + reading == host.total == cfg.host and host.in_use == reading, \
+                (g, host, reading)
             if cfg.version == "v2":     # V2's StorageStatistics of the host level: available = free + evictable
                 level = mgr.get_level_statistics(1, g)
                 assert (level.total, level.available) == (cfg.host, host.free + host.reusable), (g, level, host)
@@ -306,6 +321,12 @@ class Explorer:
             credit = mgr.count_reusable_blocks(list(prompt))
             assert 0 <= credit <= min(counts.in_use, (len(prompt) - 1) // cfg.tpb), \
                 f"count_reusable_blocks({list(prompt)}) = {credit} with {counts.in_use} blocks held"
+            live = {req.scope for req in drv.slots if req is not None and req.ids}
+            for kind, options in admissions(cfg).items():
+                if scope_of(kind) and scope_of(kind) not in live:
+                    credit = mgr.count_reusable_blocks(list(prompt), **options)
+                    assert credit == 0, (f"count_reusable_blocks({list(prompt)}, {options}) = {credit} with no live "
+                                         f"request of that scope: it reached another scope's blocks")
         bound = mgr.max_seq_len
         available = mgr.get_num_available_tokens(token_num_upper_bound=bound, max_num_draft_tokens=cfg.draft)
         if cfg.version == "v1":
@@ -313,7 +334,7 @@ class Explorer:
             want = max(0, min(bound, free * cfg.tpb - cfg.extra - cfg.draft))
             assert available == want, f"V1 get_num_available_tokens = {available}, docs/semantics.md 3 gives {want}"
         assert 0 <= available <= bound, available
-        if not mgr.request_ids and available:
+        if not mgr.request_ids and not mgr._loads_pending() and available:    # an empty cache, as warmup has it
             self._probe_page_boundary(mgr, available, bound)
 
     def _probe_page_boundary(self, mgr, available: int, bound: int) -> None:
@@ -359,7 +380,7 @@ class Explorer:
 def _seq_counters(seq) -> tuple:
     state = seq.reuse
     return (seq.capacity, seq.history, seq.reserved_draft, tuple(seq.stale_done),
-            None if state is None else (state.started, state.stored_full, state.prepopulated))
+            None if state is None else (state.started, state.stored_full, state.prepopulated, state.loading))
 
 
 def _ops(path) -> list:
