@@ -42,8 +42,8 @@ def _injected(name: str | None):
 
 def _search(job: tuple[Config, float, str | None]) -> Report:
     """One configuration's search. Whatever it raises comes back as a broken report, never as an exception: a
-    worker's exception that cannot be unpickled (kvcm's errors take several arguments) left ``Pool.map`` waiting
-    for ever, and one configuration's error hid every other's result."""
+    worker's exception that cannot be unpickled left ``Pool.map`` waiting for ever (kvcm's errors, before they
+    pickled their attributes), and one configuration's error hid every other's result."""
     cfg, scale, defect = job
     states = budget(cfg, scale)
     with _injected(defect):
