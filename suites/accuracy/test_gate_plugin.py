@@ -106,6 +106,7 @@ def test_gsm8k_fixture_smoke_mode_on_the_embedded_set(session):
     assert '"dataset": "embedded"' in row["extra"] and '"mode": "smoke"' in row["extra"]
 
 
+@pytest.mark.post_merge
 def test_xdist_workers_share_one_run_id(session):
     pytest.importorskip("xdist")
     session.makepyfile("""

@@ -12,14 +12,22 @@ generation step and ``append_tokens``, ``removeSequence`` ``free_resources``; ``
 
 from __future__ import annotations
 
-import kvcm.policy
+import pytest
 from _reuse_steps import add, manager
-from kvcm.events import (KVCacheCreatedData, KVCacheRemovedData, KVCacheStoredBlockData, KVCacheStoredData,
-                         KVCacheUpdatedData)
+
+import kvcm.policy
+from kvcm.events import (
+    KVCacheCreatedData,
+    KVCacheRemovedData,
+    KVCacheStoredBlockData,
+    KVCacheStoredData,
+    KVCacheUpdatedData,
+)
 from kvcm.events.hashing import hash_v1_block_key
 from kvcm.events.queue import V1Queue
 from kvcm.events.shadow import ShadowIndex, cached_blocks, differences
-from kvcm.reuse.retention import KvCacheRetentionConfig as Retention, TokenRangeRetentionConfig as Range
+from kvcm.reuse.retention import KvCacheRetentionConfig as Retention
+from kvcm.reuse.retention import TokenRangeRetentionConfig as Range
 
 
 class Reader:
@@ -155,8 +163,11 @@ def test_kv_cache_manager_event_stream_priority():
         assert [(e.data.priority.old_value, e.data.priority.new_value) for e in events] == [(50, 10), (50, 10)]
 
 
+@pytest.mark.upstream("test_v2_kv_cache_event_manager_v1_hash_algo_matches_v1_block_key_hash",
+                      "test_v2_kv_cache_event_manager_v1_hash_algo_mixes_cache_salt_id")
 def test_v1_block_key_hashes_match_upstream():
-    """``test_v2_kv_cache_event_manager_v1_hash_algo_matches_v1_block_key_hash`` and ``..._mixes_cache_salt_id``:
+    """``test_v2_kv_cache_event_manager_v1_hash_algo_matches_v1_block_key_hash`` and
+    ``test_v2_kv_cache_event_manager_v1_hash_algo_mixes_cache_salt_id``:
     [1, 2, 3, 4] then [5, 6] hash to 924206229973855 and 6875034662206558884; under cache salt id 123 to
     6280297290684427985 and 18177682803760873588. A V1 manager announces the same hashes for the same prompt."""
     first = hash_v1_block_key([1, 2, 3, 4])

@@ -105,7 +105,9 @@ def _vllm_python() -> str | None:
         return sys.executable
     except ImportError:
         python = VENV / "bin" / "python"
-        return str(python) if python.exists() else None
+        # the stamp is ci/vllm_venv.sh's last step: a venv still building (CI builds it beside the tests) has a
+        # python but no vLLM yet, and is not used
+        return str(python) if python.exists() and (VENV / ".kvcm-built-from").is_file() else None
 
 
 def vllm_states(traces: dict) -> dict | None:

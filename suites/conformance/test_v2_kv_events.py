@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import hashlib
 
-import kvcm
+import pytest
 from _reuse_steps import add, manager
+
+import kvcm
 from kvcm.config import KvCacheConfig
-from kvcm.events import KVCacheCreatedData, KVCacheEventDiff, KVCacheStoredBlockData, KVCacheUpdatedData
+from kvcm.events import (
+    KVCacheCreatedData,
+    KVCacheEventDiff,
+    KVCacheStoredBlockData,
+    KVCacheUpdatedData,
+)
 from kvcm.events.queue import V2Queue
 from kvcm.events.shadow import ShadowIndex, cached_blocks, differences
 from kvcm.model_spec import LayerSpec, ModelSpec
@@ -191,6 +198,7 @@ def test_v2_kv_cache_event_manager_emits_updated_on_level_migration():
     assert all(e.data.cache_level == KVCacheEventDiff(0, 1) and e.data.priority is None for e in updated)
 
 
+@pytest.mark.upstream("test_v2_v1_hash_events_include_cache_salt_from_kv_cache")
 def test_v1_and_v2_managers_emit_same_v1_hash_stored_events():
     """``v1_block_key`` (the default, ``auto``): V1 storing a prompt of 9 tokens and V2 committing its first 8
     announce the same stored payloads; under cache salt 123, V2's hashes of [1..6] are 6280297290684427985 and

@@ -48,6 +48,7 @@ def test_inner_runs_load_the_plugin_when_it_came_from_dash_p(tmp_path):
     assert "2 passed" in proc.stdout
 
 
+@pytest.mark.post_merge
 def test_dash_p_on_an_installed_plugin_registers_it_once(tmp_path):
     names = [ep.name for ep in metadata.entry_points(group="pytest11") if ep.value == "pytest_kvcm.plugin"]
     if names != ["pytest_kvcm.plugin"]:
@@ -61,8 +62,8 @@ def test_dash_p_on_an_installed_plugin_registers_it_once(tmp_path):
     assert "2 passed" in proc.stdout
 
 
-@pytest.mark.parametrize("selection", [[], pytest.param(["--kvcm-stage=post_merge"], marks=pytest.mark.post_merge)],
-                         ids=["pre_merge", "post_merge"])
+@pytest.mark.post_merge     # the pre-merge run collects itself; this checks both stages' collections after a merge
+@pytest.mark.parametrize("selection", [[], ["--kvcm-stage=post_merge"]], ids=["pre_merge", "post_merge"])
 def test_the_whole_project_collects_as_ci_runs_it(selection):
     """Every collection hook meets every item kind: a hook in a suite's ``conftest.py`` sees README and docs code
     blocks too (no ``originalname``), and one such hook once stopped CI at collection with an INTERNALERROR."""

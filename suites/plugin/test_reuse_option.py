@@ -99,11 +99,13 @@ def test_page_boundary_with_a_cached_prefix(version, warm_blocks):
 def test_page_boundary_with_a_cached_prefix_catches_cached_blocks_counted_twice():
     """The check fails when cached blocks are counted as free twice (SGLang #35270's shape): the boundary it
     is told is past the pool, and the long dummy does not fit."""
-    twice = kvcm.policy.DEFAULT.replacing(free_blocks=lambda truly_free, reusable: truly_free + 2 * reusable)
+    class CountsCachedTwice(kvcm.KVCacheManagerV2):
+        def get_num_free_blocks(self):
+            return min(p.num_free + 2 * p.num_reusable for p in self.pools)
 
     def make(draft_len):
-        return kvcm.KVCacheManagerV2(_spec(), KvCacheConfig(max_tokens=1024), max_batch_size=4, max_seq_len=8192,
-                                     max_draft_len=draft_len, device="meta", policy=twice)
+        return CountsCachedTwice(_spec(), KvCacheConfig(max_tokens=1024), max_batch_size=4, max_seq_len=8192,
+                                 max_draft_len=draft_len, device="meta")
 
     with pytest.raises(AssertionError, match="cached blocks"):
         check_page_boundary(make, draft_lens=(0,), batch_sizes=(1,), cached_prefix_blocks=3)

@@ -63,6 +63,7 @@ def _run(pytester, monkeypatch, capsys, *defects):
     return code, capsys.readouterr().out
 
 
+@pytest.mark.post_merge
 def test_fast_mode_runs_the_named_catchers_and_counts_them(pytester, monkeypatch, capsys):
     code, out = _run(pytester, monkeypatch, capsys, "off-by-one")
     assert code == 0, out
@@ -71,6 +72,7 @@ def test_fast_mode_runs_the_named_catchers_and_counts_them(pytester, monkeypatch
     assert "test_unrelated" not in out
 
 
+@pytest.mark.post_merge
 def test_a_defect_caught_by_one_test_fails_the_check(pytester, monkeypatch, capsys):
     code, out = _run(pytester, monkeypatch, capsys, "lonely")
     assert code == 1, out

@@ -201,6 +201,7 @@ def test_claim_dir_takes_back_only_what_it_stamped(tmp_path, stamp):
     assert sorted(p.name for p in d.iterdir()) == [".kvcm-made-by"] and (d / ".kvcm-made-by").read_text() == "me\n"
 
 
+@pytest.mark.post_merge
 @pytest.mark.parametrize("script, var", [("vllm_venv.sh", "KVCM_VLLM_VENV"), ("sglang_venv.sh", "KVCM_SGLANG_VENV")])
 def test_venv_scripts_keep_the_built_venvs_working(script, var):
     """The venvs in ~/.cache/kvcm carry ``.kvcm-built-from`` (the stamp of a finished build): still accepted,
