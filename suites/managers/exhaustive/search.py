@@ -51,12 +51,14 @@ def _shared(index: int):
 
 
 class _StatePickler(pickle.Pickler):
-    """Keeps a manager's policy, and the functions its parts take from it (the reuse tree's key hash, say), by
-    reference: a defect replaces them with lambdas. ``reducer_override``, not a ``dispatch_table``: pickle saves
-    a function by its name before it looks at the table (one Python call an object, ~5% of the search's time)."""
+    """Keeps a manager's policy, the functions its parts take from it (the reuse tree's key hash, say) and the
+    classes of its parts by reference: a defect replaces functions with lambdas, and a class saved by its name is
+    refused when its module was imported again since (pytester's in-process runs drop the modules they import).
+    ``reducer_override``, not a ``dispatch_table``: pickle saves functions and classes by name before it looks at
+    the table (one Python call an object: within noise of plain pickle.dumps on four configurations)."""
 
     def reducer_override(self, obj):
-        if type(obj) not in (types.FunctionType, kvcm.policy.Policy) or obj is _shared:
+        if not (type(obj) in (types.FunctionType, kvcm.policy.Policy) or isinstance(obj, type)) or obj is _shared:
             return NotImplemented
         index = _INDEX.get(id(obj))
         if index is None:
