@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import BatchDesc, KvCacheConfig
-from . import validation
+from . import user_rules, validation
 from .validation import MAX_BATCH_SIZE
 from .errors import ConfigError, OutOfPagesError, UnknownRequestError
 from .deprecation import renamed_attribute
@@ -114,6 +114,7 @@ class BaseKVCacheManager(ReuseMixin, EventsMixin):
         self._views: dict[int, torch.Tensor] = {}
         self._init_reuse()
         self._init_events()
+        user_rules.install(self)      # with a user's rule in the policy, a call in which it raises is undone
 
     # ---- the limits, read through ---------------------------------------------------------------------------
     max_batch_size = property(lambda self: self.limits.max_batch_size)

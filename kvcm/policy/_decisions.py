@@ -85,13 +85,26 @@ class Policy:
 
     def replacing(self, **changes) -> "Policy":
         """A policy with the named decisions replaced: a rule by a function of the same arguments, a setting by a
-        value. An unknown name is refused, with the known ones."""
+        value. An unknown name is refused, with the known ones. A rule replaced here is the user's code: a
+        manager call in which it raises is undone and names it (``kvcm/user_rules.py``)."""
+        return self._replacing(changes, user=True)
+
+    def with_catalogued(self, **changes) -> "Policy":
+        """``replacing`` for a catalogued defect's replacements (``pytest_kvcm.defects``): checked the same, not
+        wrapped, so a defect acts exactly as the bug it reproduces did, raising or not."""
+        return self._replacing(changes, user=False)
+
+    def _replacing(self, changes: dict, user: bool) -> "Policy":
+        from ..user_rules import UserRule
+
         Policy._complete()
         for name, value in changes.items():
             decision = REGISTRY.get(name)
             if decision is None:
                 raise ConfigError("policy", name, f"is not a decision of kvcm.policy (known: {', '.join(REGISTRY)})")
             decision.check(value)
+            if user and decision.kind == "rule" and not isinstance(value, UserRule):
+                changes[name] = UserRule(name, value)
         new = object.__new__(Policy)
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)
@@ -99,13 +112,21 @@ class Policy:
 
     @property
     def replaced(self) -> dict:
-        """The decisions this policy replaces, name -> replacement."""
-        return dict(self.__dict__)
+        """The decisions this policy replaces, name -> replacement (a user's rule as it was handed in)."""
+        return {name: getattr(value, "__wrapped__", value) for name, value in self.__dict__.items()}
+
+    @property
+    def user_rules(self) -> bool:
+        """Whether a rule of this policy is a user's code (``replacing``), so managers built with it undo a call
+        in which it raises."""
+        from ..user_rules import UserRule
+
+        return any(isinstance(v, UserRule) for v in self.__dict__.values())
 
     def __eq__(self, other):
         if not isinstance(other, Policy):
             return NotImplemented
-        return self.__dict__ == other.__dict__
+        return self.replaced == other.replaced
 
     def __hash__(self):
         return hash(tuple(sorted(self.__dict__)))

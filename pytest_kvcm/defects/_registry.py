@@ -37,11 +37,11 @@ class Defect:
         if self.patch is None and not self.replaces:
             raise ValueError(f"defect {self.name!r} neither replaces a decision nor patches anything")
         if self.replaces:
-            kvcm.policy.DEFAULT.replacing(**self.replaces)    # an unknown decision name is refused here, at once
+            kvcm.policy.DEFAULT.with_catalogued(**self.replaces)    # an unknown decision name is refused here, at once
 
     def policy(self, base: kvcm.policy.Policy | None = None) -> kvcm.policy.Policy:
         """``base`` (None: the active policy) with this defect's decisions replaced."""
-        return kvcm.policy.resolve(base).replacing(**self.replaces)
+        return kvcm.policy.resolve(base).with_catalogued(**self.replaces)
 
 
 def defect(name: str, *, story: str, upstream: str, catchers=()) -> Callable[[Callable], Defect]:

@@ -49,6 +49,7 @@ class Config:
     async_load: bool = False     # KvCacheConfig.async_onboard: host hits load in flight until complete_transfers
     events: int = 0              # event_buffer_max_size: KV cache events on, checked after every call
     event_hash: str = "auto"     # kv_cache_event_hash_algo
+    user_rules: bool = False     # every rule of kvcm.policy a user's (kvcm/user_rules.py), each op tried failing
 
     @property
     def name(self) -> str:
@@ -62,6 +63,7 @@ class Config:
         extra += "-async" if self.async_load else ""
         extra += f"-ev{self.events}" if self.events else ""
         extra += f"-{self.event_hash}" if self.event_hash != "auto" else ""
+        extra += "-userrules" if self.user_rules else ""
         return (f"{self.version}-{self.layout}-tpb{self.tpb}-b{self.blocks}-reuse_{self.reuse}-"
                 f"{'ids' if self.ids else 'noids'}-r{self.slots}{extra}")
 
@@ -123,7 +125,16 @@ def _equal_pools(make, cfg: Config, tpb: int):
 
 
 def build(cfg: Config):
-    """A fresh manager for the configuration (meta device)."""
+    """A fresh manager for the configuration (meta device); with ``user_rules``, built under ``ops.armed_policy``."""
+    if cfg.user_rules:
+        from .ops import armed_policy
+
+        with kvcm.policy.applied(armed_policy(kvcm.policy.active())):
+            return _build(cfg)
+    return _build(cfg)
+
+
+def _build(cfg: Config):
     limits = _limits(cfg)
     if cfg.version == "dsv4":
         spec = kvcm.DeepseekV4Spec(compress_ratios=(4, 128), window_size=cfg.window * cfg.tpb, head_dim=64,
@@ -183,6 +194,7 @@ def default_configs() -> list[Config]:
     for version in ("v1", "v2"):
         out.append(Config(version, "full", 2, 4, "on", ids=True, scopes=True, max_states=3000))
     out += lower_tier_configs()
+    out += user_rule_configs()
     for reuse, ids, draft in (("off", True, 0), ("on", True, 0), ("copy", True, 1), ("copy", False, 0)):
         out.append(Config("dsv4", "dsv4", 128, 4, reuse, ids=ids, draft=draft, max_states=3000))
     return out + event_configs()
@@ -248,6 +260,17 @@ def _v2_host_level(cfg: Config, limits: dict):
     mgr = _equal_pools(make, cfg, cfg.tpb)
     assert [mgr.get_host_block_counts(g).total for g in range(len(mgr.pools))] == [cfg.host] * len(mgr.pools), cfg
     return mgr
+
+
+def user_rule_configs() -> list[Config]:
+    """Every rule a user's (``kvcm.policy.replacing``), and every operation also tried with the first, third or
+    eighth rule it runs raising: the call must come back as ``UserCallbackError`` with every byte the search keeps
+    as it was (kvcm/user_rules.py). V1 with the host tier and a window (offloads, onboards, partial copies), V2's
+    host level, V1's retention clock, and DeepSeek-V4."""
+    return [Config("v1", "full+window", 2, 4, "copy", ids=True, host=2, user_rules=True, max_states=2500),
+            Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, user_rules=True, max_states=2500),
+            Config("v1", "full", 2, 4, "on", ids=True, retention=True, slots=1, user_rules=True, max_states=2000),
+            Config("dsv4", "dsv4", 128, 4, "copy", ids=True, draft=1, user_rules=True, max_states=1500)]
 
 
 # ---- KV cache events (kvcm/events/): a router's index fed the events, checked after every call ---------------------

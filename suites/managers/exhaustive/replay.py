@@ -51,6 +51,9 @@ _CHECK = {
                        "    assert observe(mgr) == before",
     "clock-changed": "    before = observe(mgr)\n    try:\n        {last8}\n    except UserCallbackError:\n"
                      "        pass\n    assert observe(mgr) == before",
+    "rule-changed": "    before = observe(mgr)\n    SWITCH.left = {k}            # ops.SWITCH: the {k}-th rule the call runs raises\n"
+                    "    try:\n        {last8}\n    except UserCallbackError:\n        pass\n    SWITCH.left = 0\n"
+                    "    assert observe(mgr) == before",
     "books": "    {last}\n    check_books(mgr)",
     "free-all": "    {last}\n    all_free_after_reset(mgr)",
     "query": "    {last}                # then a query: {message}",
@@ -59,12 +62,17 @@ _CHECK = {
 }
 
 
+def _fails_at(op: tuple) -> int:
+    """K of a ``rule-raises@K?`` operation (0 for any other)."""
+    return int(op[0][len("rule-raises@"):-1]) if op[0].startswith("rule-raises@") else 0
+
+
 def replay_text(cfg: Config, violation) -> str:
     calls = recorded_calls(cfg, violation.ops)
     body = [c for op_calls in calls[:-1] for c in op_calls]
     last = calls[-1] if calls else []
     check = _CHECK[violation.kind].format(last="\n    ".join(last) or "pass", last8="\n        ".join(last) or "pass",
-                                          message=violation.message)
+                                          message=violation.message, k=_fails_at(violation.ops[-1]))
     head = [f"def test_{cfg.name.replace('-', '_').replace('+', '_')}_{violation.kind.replace('-', '_')}():",
             f"    mgr = build({cfg!r})"]
     if violation.kind == "events":       # a router's index fed the events after every call (_observe.RouterIndex)

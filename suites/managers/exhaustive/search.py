@@ -190,9 +190,10 @@ class Explorer:
         return hash(tuple(parts))
 
     # ---- the search ---------------------------------------------------------------------------------------
-    def run(self, max_states: int | None = None, seconds: float | None = None) -> Report:
+    def run(self, max_states: int | None = None, seconds: float | None = None, first_violation: bool = False) -> Report:
         """The search up to ``max_states`` distinct states; past ``seconds`` (None: no limit) it stops and the
-        report is ``broken``: a manager made that slow is not searched, and not passed either."""
+        report is ``broken``: a manager made that slow is not searched, and not passed either. ``first_violation``
+        stops at the first violation (``catches.py`` asks only whether a defect is caught)."""
         cfg, limit = self.cfg, max_states or self.cfg.max_states
         report = Report(cfg)
         start, cpu = time.perf_counter(), time.process_time()
@@ -209,13 +210,13 @@ class Explorer:
             nxt = []
             for blob, drv, orc, path in frontier:
                 self._expand(blob, drv, orc, path, seen, nxt, report, kinds, limit)
-                if len(seen) >= limit:
+                if len(seen) >= limit or (first_violation and report.violations):
                     break
                 if deadline is not None and time.perf_counter() > deadline:
                     report.broken = f"ran past its time budget of {seconds:.0f} s (depth {report.depth})"
                     break
             frontier = nxt
-            if report.broken:
+            if report.broken or (first_violation and report.violations):
                 break
         report.states = len(seen)
         report.complete = not frontier
@@ -242,8 +243,8 @@ class Explorer:
                     self._violation(report, kinds, "events", f"{op}: {problem}", path, op)
                 if self.snapshot(mgr) != blob:
                     before = before or observe(self.restore(blob))
-                    if op[0].startswith("clock-"):      # a failed clock: nothing kept may differ, seen or not
-                        self._violation(report, kinds, "clock-changed", f"{op} changed the manager (what a "
+                    if op[0].startswith(("clock-", "rule-")):   # a failed clock or rule: nothing kept may differ
+                        self._violation(report, kinds, f"{op[0].split('-')[0]}-changed", f"{op} changed the manager (what a "
                                         f"caller sees {'too' if observe(mgr) != before else 'alike'})", path, op)
                     elif observe(mgr) != before:
                         self._violation(report, kinds, "refused-changed", f"refused {op} changed the manager",

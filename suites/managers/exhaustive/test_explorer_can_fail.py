@@ -1,7 +1,8 @@
 """The explorer can fail, and what it prints replays: with the issue-39 eviction defect put back, a V1 window
 configuration reports the RuntimeError, and the plain test it writes fails the same way (and passes once the
 defect is gone); with the clock read in the middle of a call again (issue 52), a retention configuration reports the
-half-done release."""
+half-done release; with a call in which a user's rule raised no longer undone, the user-rule configuration reports
+that too."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import pytest
 
 import kvcm.manager_v1
 import kvcm.policy
+import kvcm.user_rules
 from kvcm.errors import OutOfPagesError, UserCallbackError
 from kvcm.reuse.retention import KvCacheRetentionConfig, TokenRangeRetentionConfig
 from _observe import all_free_after_reset, check_books, observe
 
 from .configs import Config, build
-from .ops import FailingClock, StepClock
+from .ops import SWITCH, FailingClock, StepClock
 from .search import Explorer
 from .replay import replay_text
 
@@ -24,7 +26,7 @@ CFG = Config("v1", "full+window", 2, 4, "on", ids=True, max_states=1500)
 def _replayed(text: str):
     scope = {"build": build, "Config": Config, "observe": observe, "check_books": check_books,
              "all_free_after_reset": all_free_after_reset, "pytest": pytest, "OutOfPagesError": OutOfPagesError,
-             "UserCallbackError": UserCallbackError, "FailingClock": FailingClock, "StepClock": StepClock,
+             "UserCallbackError": UserCallbackError, "SWITCH": SWITCH, "FailingClock": FailingClock, "StepClock": StepClock,
              "KvCacheRetentionConfig": KvCacheRetentionConfig, "TokenRangeRetentionConfig": TokenRangeRetentionConfig}
     exec(compile(text, "<explorer violation>", "exec"), scope)
     return next(v for k, v in scope.items() if k.startswith("test_"))
@@ -66,3 +68,25 @@ def test_a_clock_read_in_the_middle_of_a_release_is_reported(monkeypatch):
         with pytest.raises(AssertionError):
             test()
     test()                      # read first: the failed release changes nothing
+
+
+@pytest.mark.exhaustive
+def test_a_user_rule_failing_in_a_call_that_is_not_undone_is_reported(monkeypatch):
+    """Issue 52: a manager whose policy holds a user's rule snapshots each changing call and undoes it when the
+    rule raises (kvcm/user_rules.py). Without that, the explorer's shortest finding is a release whose first rule
+    raised, and its replay fails until the undo is back."""
+    cfg = Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, user_rules=True, max_states=300)
+    with monkeypatch.context() as m:
+        m.setattr(kvcm.user_rules, "install", lambda manager: None)
+        report = Explorer(cfg).run()
+        changed = [v for v in report.violations if v.kind == "rule-changed"]
+        assert changed, report.line()
+        shortest = min(changed, key=lambda v: len(v.ops))
+        assert shortest.ops == [("admit", 0, 0), ("rule-raises@1?", "free", 0)], shortest
+        text = replay_text(cfg, shortest)
+        assert "SWITCH.left = 1" in text and "mgr.free_resources('r0')" in text, text
+        test = _replayed(text)
+        with pytest.raises(AssertionError):
+            test()
+    test()                      # undone: the failed release changes nothing
+    assert not Explorer(cfg).run().violations
