@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))   # the search imports suites
 
 from .configs import default_configs  # noqa: E402
 from .conftest import SECONDS_A_STATE, _injected, budget  # noqa: E402
-from .search import Explorer  # noqa: E402
+from .search import search  # noqa: E402
 
 
 def _job(job):
@@ -31,10 +31,7 @@ def _job(job):
     cfg = default_configs()[index]
     states = budget(cfg, scale)
     with _injected(defect):
-        try:
-            report = Explorer(cfg).run(states, seconds=60 + SECONDS_A_STATE * states, first_violation=True)
-        except Exception as exc:  # noqa: BLE001 - a configuration the defect leaves unbuildable: broken
-            return defect, cfg.name, "broken", f"{type(exc).__name__}: {exc}"
+        report = search(cfg, states, seconds=60 + SECONDS_A_STATE * states, first_violation=True)
     if report.broken:
         return defect, cfg.name, "broken", report.broken
     if report.violations:

@@ -19,7 +19,7 @@ import kvcm.policy
 from pytest_kvcm.markers import exhaustive_scale
 
 from .configs import QUICK_FLOORS, Config
-from .search import Explorer, Report
+from .search import Report, search
 
 _REPORTS: dict[Config, Report] = {}
 SECONDS_A_STATE = 0.05   # the time budget: 20 times what a state costs on a busy 2-core machine (~2.5 ms)
@@ -47,10 +47,7 @@ def _search(job: tuple[Config, float, str | None]) -> Report:
     cfg, scale, defect = job
     states = budget(cfg, scale)
     with _injected(defect):
-        try:
-            return Explorer(cfg).run(states, seconds=60 + SECONDS_A_STATE * states)
-        except Exception as exc:  # noqa: BLE001 - the configuration could not be searched: said, not raised
-            return Report(cfg, broken=f"{type(exc).__name__}: {exc}")
+        return search(cfg, states, seconds=60 + SECONDS_A_STATE * states)
 
 
 def budget(cfg: Config, scale: float) -> int:

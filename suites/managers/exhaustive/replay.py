@@ -54,6 +54,7 @@ _CHECK = {
     "rule-changed": "    before = observe(mgr)\n    SWITCH.left = {k}            # ops.SWITCH: the {k}-th rule the call runs raises\n"
                     "    try:\n        {last8}\n    except UserCallbackError:\n        pass\n    SWITCH.left = 0\n"
                     "    assert observe(mgr) == before",
+    "build": "    # building it raised: {message}",
     "books": "    {last}\n    check_books(mgr)",
     "free-all": "    {last}\n    all_free_after_reset(mgr)",
     "query": "    {last}                # then a query: {message}",
@@ -64,15 +65,15 @@ _CHECK = {
 
 def _fails_at(op: tuple) -> int:
     """K of a ``rule-raises@K?`` operation (0 for any other)."""
-    return int(op[0][len("rule-raises@"):-1]) if op[0].startswith("rule-raises@") else 0
+    return int(op[0][len("rule-raises@"):-1]) if op and op[0].startswith("rule-raises@") else 0
 
 
 def replay_text(cfg: Config, violation) -> str:
-    calls = recorded_calls(cfg, violation.ops)
+    calls = recorded_calls(cfg, violation.ops) if violation.ops else []     # a ``build`` failure has no calls
     body = [c for op_calls in calls[:-1] for c in op_calls]
     last = calls[-1] if calls else []
     check = _CHECK[violation.kind].format(last="\n    ".join(last) or "pass", last8="\n        ".join(last) or "pass",
-                                          message=violation.message, k=_fails_at(violation.ops[-1]))
+                                          message=violation.message, k=_fails_at(violation.ops[-1] if violation.ops else ()))
     head = [f"def test_{cfg.name.replace('-', '_').replace('+', '_')}_{violation.kind.replace('-', '_')}():",
             f"    mgr = build({cfg!r})"]
     if violation.kind == "events":       # a router's index fed the events after every call (_observe.RouterIndex)

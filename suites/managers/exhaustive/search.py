@@ -32,6 +32,7 @@ import types
 from dataclasses import dataclass, field
 
 import kvcm.policy
+from kvcm.errors import KvcmError
 
 from _observe import all_free_after_reset, check_books, check_reused_tokens, observe
 
@@ -100,6 +101,26 @@ class Report:
         bound = "all of them" if self.complete else "stopped at the budget"
         return (f"{self.cfg.name}: {self.sequences} sequences, {self.states} distinct states ({bound}), depth "
                 f"{self.depth}, {len(self.violations)} violations, {self.seconds:.1f} s ({self.cpu_seconds:.1f} s CPU)")
+
+
+def search(cfg: Config, states: int, seconds: float | None = None, first_violation: bool = False) -> Report:
+    """One configuration's search, as ``Explorer(cfg).run`` does it, but for a configuration that cannot be built:
+    every configuration of the explorer is a valid one that the managers build, so kvcm refusing it (a
+    ``KvcmError``: a budget its own constraints exceed) is a failed check, kind ``build`` (a defect that sizes pools
+    wrong is caught there); anything else raised is a search that could not run, ``broken``."""
+    try:
+        explorer = Explorer(cfg)
+    except KvcmError as exc:
+        report = Report(cfg)
+        report.violations.append(Violation("build", f"the configuration cannot be built: {type(exc).__name__}: "
+                                                    f"{exc}", []))
+        return report
+    except Exception as exc:  # noqa: BLE001 - no manager to search: said, not raised
+        return Report(cfg, broken=f"{type(exc).__name__}: {exc}")
+    try:
+        return explorer.run(states, seconds=seconds, first_violation=first_violation)
+    except Exception as exc:  # noqa: BLE001 - the search itself failed: said, not raised
+        return Report(cfg, broken=f"{type(exc).__name__}: {exc}")
 
 
 class Explorer:

@@ -4,7 +4,8 @@ pickle local object 'chunk_trimmed_by_padded_length.<locals>.<lambda>'`` in ever
 by ``kvcm sensitivity``); under ``v4-constraints-ignore-pool-ratio`` a DeepSeek-V4 configuration cannot be built,
 and the worker's ``BudgetExceededError`` (several arguments: it cannot be unpickled) left ``Pool.map`` waiting for
 ever. Now a worker is sent the defect's name and applies it from the catalogue, states keep the policy by reference,
-and a configuration that cannot be searched comes back as a broken report, which its test raises in set-up."""
+a configuration the defect makes unbuildable is a failed check (``build``), and a search that cannot run (past its
+time) comes back as a broken report, which its test raises in set-up."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pytest_kvcm.defects import builtin_defects
 
 from .configs import CHUNKED, Config, build
 from .conftest import search_all
-from .search import Explorer
+from .search import Explorer, explain, search
 
 pytestmark = pytest.mark.exhaustive
 
@@ -60,9 +61,18 @@ def test_a_lambda_defect_reaches_the_forked_workers_by_name():
     assert not any(r.violations or r.broken for r in clean), [r.line() for r in clean]
 
 
-def test_a_configuration_that_cannot_be_built_is_broken_not_a_hang():
+def test_a_configuration_the_defect_cannot_build_is_a_failed_check_not_a_hang():
+    """Under ``v4-constraints-ignore-pool-ratio`` a DeepSeek-V4 configuration that the managers build is refused
+    (its pools sized without the ratio, a constraint no longer fits): the check that every configuration builds
+    fails, kind ``build``, and its test fails as any catch does, never an error in set-up."""
     cfgs = [Config("dsv4", "dsv4", 128, 4, "off", ids=True, max_states=50), CHUNKED_CFGS[0]]
     reports = search_all(cfgs, 1.0, "v4-constraints-ignore-pool-ratio")
-    assert reports[0].broken and reports[0].broken.startswith("BudgetExceededError: constraint 'longest_decode'"), \
-        reports[0].line()
-    assert "BROKEN" in reports[0].line() and not reports[1].broken
+    assert not reports[0].broken and [v.kind for v in reports[0].violations] == ["build"], reports[0].line()
+    assert "BudgetExceededError: constraint 'longest_decode'" in reports[0].violations[0].message
+    assert not reports[1].broken and not reports[1].violations
+    assert "building it raised" in explain(reports[0])
+
+
+def test_a_search_past_its_time_is_broken():
+    report = search(CHUNKED_CFGS[0], 400, seconds=0.0)
+    assert report.broken and report.broken.startswith("ran past its time budget") and "BROKEN" in report.line()
