@@ -10,10 +10,11 @@ queue) stay the same objects, with their state before the call.
 
 What is kept: every attribute of kvcm's own objects reachable from the manager, and the contents of the lists,
 dicts, sets, deques and bytearrays among them. What is not: tensors (the KV pages and host-tier storage are data; a
-call undone this way leaves the pages it wrote free again in the restored books), policies, functions and the
-user's own objects (a clock). A catalogued defect's replacements are not wrapped (``Policy.with_catalogued``): a
-defect must act as the historic bug did, raising or not. The default policy wraps nothing, so a manager built
-with it pays nothing: the snapshot is installed per manager, only when its policy holds a user rule.
+call undone this way leaves the pages it wrote free again in the restored books), what declares itself
+``immutable`` (a policy), functions and the user's own objects (a clock). A catalogued defect's replacements
+are not wrapped (``Policy.with_catalogued``): a defect must act as the historic bug did, raising or not. The
+default policy wraps nothing, so a manager built with it pays nothing: the snapshot is installed per manager,
+only when its policy holds a user rule.
 """
 
 from __future__ import annotations
@@ -92,14 +93,12 @@ class Snapshot:
     """The state of every object reachable from ``root`` that a call may change, to put back in place."""
 
     def __init__(self, root):
-        from .policy import Policy
-
         self.saved: list[tuple[object, object]] = []
         seen, stack = set(), [root]
         while stack:        # iterative: a free list or a reuse tree is deeper than Python's recursion limit
             obj = stack.pop()
-            if id(obj) in seen or isinstance(obj, _LEAVES) or isinstance(obj, Policy) or callable(obj) \
-                    and not _is_ours(obj):
+            if id(obj) in seen or isinstance(obj, _LEAVES) or getattr(type(obj), "immutable", False) \
+                    or callable(obj) and not _is_ours(obj):
                 continue
             seen.add(id(obj))
             if isinstance(obj, _CONTAINERS):

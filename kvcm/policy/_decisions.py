@@ -69,6 +69,7 @@ class Policy:
     """Every decision, its default unless this policy replaces it. Immutable: ``replacing`` makes a new one."""
 
     _complete: Callable[[], None] = staticmethod(lambda: None)     # kvcm.policy imports every owner
+    immutable = True            # nothing a manager call could change: a snapshot (kvcm/user_rules.py) skips it
 
     def __setattr__(self, name, value):
         raise AttributeError(f"a Policy is immutable: use policy.replacing({name}=...)")
