@@ -125,9 +125,9 @@ def _equal_pools(make, cfg: Config, tpb: int):
 
 
 def build(cfg: Config):
-    """A fresh manager for the configuration (meta device); with ``user_rules``, built under ``ops.armed_policy``."""
+    """A fresh manager for the configuration (meta device); with ``user_rules``, built under ``failing_rules.armed_policy``."""
     if cfg.user_rules:
-        from .ops import armed_policy
+        from .failing_rules import armed_policy
 
         with kvcm.policy.applied(armed_policy(kvcm.policy.active())):
             return _build(cfg)

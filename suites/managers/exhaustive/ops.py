@@ -177,55 +177,10 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
     if cfg.events:
         ops += [("events",), ("bad-events?",)]
     if cfg.user_rules:
-        ops += _with_failing_rule(ops)
+        from .failing_rules import with_failing_rule
+
+        ops += with_failing_rule(ops)
     return ops
-
-
-RULE_FAILS_AT = (1, 3, 8)
-
-
-def _with_failing_rule(ops: list) -> list:
-    """The first operation of each kind again, with the K-th rule it runs raising, for each K of RULE_FAILS_AT."""
-    first: dict[str, tuple] = {}
-    for op in ops:
-        if not op[0].endswith("?") and op[0] != "tick":
-            first.setdefault(op[0], op)
-    return [(f"rule-raises@{k}?",) + op for op in first.values() for k in RULE_FAILS_AT]
-
-
-class RuleSwitch:
-    """Counts the rules the armed policy's managers run; armed with K, the K-th raises (once)."""
-
-    def __init__(self):
-        self.left = 0
-
-    def tick(self, name: str) -> None:
-        if self.left:
-            self.left -= 1
-            if not self.left:
-                raise RuntimeError(f"the user's rule {name} failed")
-
-
-SWITCH = RuleSwitch()
-
-
-def armed_policy(base):
-    """``base`` with every rule replaced, as a user would, by one that asks ``SWITCH`` first and then answers as
-    ``base``'s does: the same manager, every rule the user's code."""
-    import functools
-
-    from kvcm.policy import DECISIONS
-
-    def armed(name, fn):
-        @functools.wraps(fn)
-        def rule(*args, **kwargs):
-            SWITCH.tick(name)
-            return fn(*args, **kwargs)
-
-        return rule
-
-    return base.replacing(**{n: armed(n, base.replaced.get(n, getattr(base, n)))
-                             for n, d in DECISIONS.items() if d.kind == "rule"})
 
 
 def _with_failing_clock(ops: list) -> list:
@@ -253,7 +208,9 @@ def apply(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
     if kind.startswith("clock-"):
         return _with_clock_that_fails(m, cfg, prompts, drv, op)
     if kind.startswith("rule-raises@"):
-        return _with_rule_that_fails(m, cfg, prompts, drv, op)
+        from .failing_rules import with_rule_that_fails
+
+        return with_rule_that_fails(m, cfg, prompts, drv, op)
     if kind.endswith("?"):
         try:
             _bad_input(m, cfg, prompts, drv, op)
@@ -362,43 +319,6 @@ def _with_clock_that_fails(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
         raise Refused from None
     finally:
         m.set_clock(StepClock(now))
-
-
-class _FirstCallArmed:
-    """The manager, with ``SWITCH`` disarmed once its first changing call returns: an operation of several calls
-    (a decode step) fails in its first, whose undoing leaves the state as it was before the operation."""
-
-    def __init__(self, m):
-        self._m, self._calls = m, 0
-
-    def __getattr__(self, name):
-        from kvcm.user_rules import CHANGING_CALLS
-
-        value = getattr(self._m, name)
-        if name not in CHANGING_CALLS:
-            return value
-
-        def call(*args, **kwargs):
-            if self._calls:
-                SWITCH.left = 0
-            self._calls += 1
-            return value(*args, **kwargs)
-
-        return call
-
-
-def _with_rule_that_fails(m, cfg, prompts, drv: Driver, op: tuple) -> Driver:
-    """``op[1:]`` with its K-th rule raising: ``UserCallbackError`` naming the rule (the search then checks every
-    byte), or fewer rules run and the operation goes through as it does unarmed."""
-    SWITCH.left = int(op[0][len("rule-raises@"):-1])
-    try:
-        return apply(_FirstCallArmed(m), cfg, prompts, drv, op[1:])
-    except UserCallbackError as exc:
-        if not exc.callback.startswith("policy."):
-            raise AssertionError(f"{op}: the error names {exc.callback!r}, not the rule that raised") from exc
-        raise Refused from None
-    finally:
-        SWITCH.left = 0
 
 
 def _reused_pages_are_cached(m, cfg, request_id, n: int) -> None:

@@ -51,7 +51,7 @@ _CHECK = {
                        "    assert observe(mgr) == before",
     "clock-changed": "    before = observe(mgr)\n    try:\n        {last8}\n    except UserCallbackError:\n"
                      "        pass\n    assert observe(mgr) == before",
-    "rule-changed": "    before = observe(mgr)\n    SWITCH.left = {k}            # ops.SWITCH: the {k}-th rule the call runs raises\n"
+    "rule-changed": "    before = observe(mgr)\n    SWITCH.left = {k}            # failing_rules.SWITCH: the {k}-th rule the call runs raises\n"
                     "    try:\n        {last8}\n    except UserCallbackError:\n        pass\n    SWITCH.left = 0\n"
                     "    assert observe(mgr) == before",
     "build": "    # building it raised: {message}",

@@ -59,7 +59,7 @@ class _StatePickler(pickle.Pickler):
     the table (one Python call an object: within noise of plain pickle.dumps on four configurations)."""
 
     def reducer_override(self, obj):
-        if not (type(obj) in (types.FunctionType, kvcm.policy.Policy) or isinstance(obj, type)) or obj is _shared:
+        if not (type(obj) is types.FunctionType or isinstance(obj, (kvcm.policy.Policy, type))) or obj is _shared:
             return NotImplemented
         index = _INDEX.get(id(obj))
         if index is None:

@@ -16,7 +16,8 @@ from kvcm.reuse.retention import KvCacheRetentionConfig, TokenRangeRetentionConf
 from _observe import all_free_after_reset, check_books, observe
 
 from .configs import Config, build
-from .ops import SWITCH, FailingClock, StepClock
+from .failing_rules import SWITCH
+from .ops import FailingClock, StepClock
 from .search import Explorer
 from .replay import replay_text
 
