@@ -206,6 +206,7 @@ QUICK_FLOORS = {
     "v1-full-tpb2-b4-reuse_on-ids-r2": 2500,                        # commit-onto-detached-prefix (5 calls)
     "v2-full-tpb2-b3-reuse_on-ids-r2-h2": 3000,                     # hit-allocates-before-claiming (6 calls)
     "v1-full+window-tpb2-b4-reuse_copy-ids-r2-h2-lower-async": 1800,  # aborted-request-freed-at-first-copy (5)
+    "v1-full+window-tpb2-b4-reuse_copy-ids-r2-ev64": 640,           # removed-events-miss-descendants (4; 639)
 }
 
 
