@@ -37,8 +37,8 @@ CHANGING_CALLS = ("add_request", "add_sequence", "add_tokens", "append_tokens", 
 
 class UserRule:
     """A user's replacement of rule ``name``: called as the rule; what it raises comes out as a
-    ``UserCallbackError`` naming ``policy.<name>`` (the manager call around it is then undone), but for kvcm's
-    own errors, which a rule may raise as its default does (``checked_dummy_call``'s ``ConfigError``)."""
+    ``UserCallbackError`` naming ``policy.<name>``, but for kvcm's own errors, which a rule may raise as its
+    default does (``checked_dummy_call``'s ``ConfigError``); either way the manager call around it is undone."""
 
     __slots__ = ("name", "fn", "__wrapped__")
 
@@ -137,10 +137,10 @@ class Snapshot:
 
 
 def install(manager) -> None:
-    """Make each of ``manager``'s changing calls all or nothing, when its policy holds a user's rule: the manager
-    becomes an instance of a subclass of its class whose changing calls snapshot first (a subclass rather than
-    wrappers on the instance, so a copy of the manager's attributes onto another manager calls that one's
-    methods). A call made inside another keeps the outer call's snapshot."""
+    """Make each of ``manager``'s changing calls all or nothing (undone on any exception), when its policy holds a
+    user's rule: the manager becomes an instance of a subclass of its class whose changing calls snapshot first
+    (a subclass rather than wrappers on the instance, so a copy of the manager's attributes onto another manager
+    calls that one's methods). A call made inside another keeps the outer call's snapshot."""
     if not manager.policy.user_rules:
         return
     cls = type(manager)
@@ -164,7 +164,7 @@ def _all_or_nothing(method):
         self._undo_depth = 1
         try:
             return method(self, *args, **kwargs)
-        except UserCallbackError:
+        except Exception:        # a user's rule that raised, or refused as kvcm does (a ConfigError): all or nothing
             snapshot.restore()
             raise
         finally:

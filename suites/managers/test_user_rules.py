@@ -34,6 +34,7 @@ class Armed:
     rule met at 0 raises."""
 
     left = 0
+    error = RuntimeError
 
     def __init__(self, name: str):
         self.name = name
@@ -42,7 +43,7 @@ class Armed:
         if Armed.left:
             Armed.left -= 1
             if not Armed.left:
-                raise RuntimeError(f"the user's {self.name} failed")
+                raise Armed.error(f"the user's {self.name} failed")
         return getattr(kvcm.policy.DEFAULT, self.name)(*args)
 
 
@@ -133,3 +134,23 @@ def test_a_policy_says_the_rule_it_was_handed():
     assert policy.replaced == {"release_block": fn} and policy.user_rules
     assert policy == kvcm.policy.DEFAULT.replacing(release_block=fn)
     assert policy.replacing(evict_with_descendants=False).replaced["release_block"] is fn
+
+
+def _refusal(message):
+    return ConfigError("token_nums", 3, message)
+
+
+def test_a_rule_refusing_as_kvcm_does_mid_call_is_undone_too():
+    """A rule that raises kvcm's own error (here the last rule of an admission with a hit) passes it as it is, and
+    the call is still undone: all or nothing does not depend on what the user's code raised."""
+    mgr = _manager("v2", _every_rule_armed())
+    mgr.add_sequence("a", PROMPT)
+    mgr.free_resources("a")
+    before = _kept(mgr)
+    Armed.left, Armed.error = 10, _refusal
+    try:
+        with pytest.raises(ConfigError, match="window_first_token"):
+            mgr.add_sequence("c", PROMPT)
+    finally:
+        Armed.left, Armed.error = 0, RuntimeError
+    assert _kept(mgr) == before and not mgr.has_request("c")
