@@ -56,12 +56,6 @@ class UserRule:
     def __repr__(self) -> str:
         return f"UserRule({self.name}, {self.fn!r})"
 
-    def __eq__(self, other):
-        return isinstance(other, UserRule) and (self.name, self.fn) == (other.name, other.fn)
-
-    def __hash__(self):
-        return hash((self.name, id(self.fn)))
-
 
 _LEAVES = (str, bytes, int, float, complex, bool, type(None), torch.Tensor, torch.device, torch.dtype, type,
            range, slice, UserRule)

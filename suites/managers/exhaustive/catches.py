@@ -33,7 +33,7 @@ import kvcm.policy  # noqa: E402
 from kvcm.policy import DECISIONS, Policy  # noqa: E402
 
 from .configs import default_configs  # noqa: E402
-from .conftest import SECONDS_A_STATE, _injected, budget  # noqa: E402
+from .conftest import budget, searched  # noqa: E402
 from .search import search  # noqa: E402
 
 KEEP_ARGS = 20_000        # distinct argument tuples kept a rule; past it, the rule counts as asked with anything
@@ -105,9 +105,7 @@ def _differs(defect, asked: dict) -> bool:
 def _job(job):
     index, scale, defect = job
     cfg = _configs()[index]
-    with _injected(defect):
-        report = search(cfg, budget(cfg, scale), seconds=60 + SECONDS_A_STATE * budget(cfg, scale),
-                        first_violation=True)
+    report = searched(cfg, scale, defect, first_violation=True)
     if report.broken:
         return defect, cfg.name, "broken", report.broken
     if report.violations:

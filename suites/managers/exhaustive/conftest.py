@@ -44,10 +44,15 @@ def _search(job: tuple[Config, float, str | None]) -> Report:
     """One configuration's search. Whatever it raises comes back as a broken report, never as an exception: a
     worker's exception that cannot be unpickled left ``Pool.map`` waiting for ever (kvcm's errors, before they
     pickled their attributes), and one configuration's error hid every other's result."""
-    cfg, scale, defect = job
+    return searched(*job)
+
+
+def searched(cfg: Config, scale: float, defect: str | None, first_violation: bool = False) -> Report:
+    """``cfg`` searched at ``scale`` of its budget (``budget``) under ``defect`` (a catalogue name, or None), its
+    time bounded by ``SECONDS_A_STATE``; ``first_violation`` stops at the first (``catches.py``)."""
     states = budget(cfg, scale)
     with _injected(defect):
-        return search(cfg, states, seconds=60 + SECONDS_A_STATE * states)
+        return search(cfg, states, seconds=60 + SECONDS_A_STATE * states, first_violation=first_violation)
 
 
 def budget(cfg: Config, scale: float) -> int:

@@ -10,18 +10,14 @@ import functools
 from kvcm.errors import UserCallbackError
 from kvcm.user_rules import CHANGING_CALLS
 
-from .ops import Driver, Refused, apply
+from .ops import Driver, Refused, apply, first_of_each_kind
 
 RULE_FAILS_AT = (1, 3, 8)
 
 
 def with_failing_rule(ops: list) -> list:
     """The first operation of each kind again, with the K-th rule it runs raising, for each K of RULE_FAILS_AT."""
-    first: dict[str, tuple] = {}
-    for op in ops:
-        if not op[0].endswith("?") and op[0] != "tick":
-            first.setdefault(op[0], op)
-    return [(f"rule-raises@{k}?",) + op for op in first.values() for k in RULE_FAILS_AT]
+    return [(f"rule-raises@{k}?",) + op for op in first_of_each_kind(ops).values() for k in RULE_FAILS_AT]
 
 
 class RuleSwitch:

@@ -183,13 +183,20 @@ def enabled(cfg, prompts, drv: Driver, mgr) -> list[tuple]:
     return ops
 
 
-def _with_failing_clock(ops: list) -> list:
-    """The first operation of each kind again, with a clock that raises; a release also with one that runs
-    backwards and one that reads NaN (the kinds are what differs; their arguments only pick pages)."""
+def first_of_each_kind(ops: list) -> dict[str, tuple]:
+    """The first enabled operation of each kind, bad input and ``tick`` left out: what a failing clock or rule is
+    tried on (the kinds are what differs; their arguments only pick pages)."""
     first: dict[str, tuple] = {}
     for op in ops:
         if not op[0].endswith("?") and op[0] != "tick":
             first.setdefault(op[0], op)
+    return first
+
+
+def _with_failing_clock(ops: list) -> list:
+    """The first operation of each kind again, with a clock that raises; a release also with one that runs
+    backwards and one that reads NaN."""
+    first = first_of_each_kind(ops)
     out = [("clock-raises?",) + op for op in first.values()]
     if "free" in first:
         out += [(f"clock-{how}?",) + first["free"] for how in ("backwards", "nan")]
