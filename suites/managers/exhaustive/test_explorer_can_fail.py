@@ -33,6 +33,21 @@ def _replayed(text: str):
     return next(v for k, v in scope.items() if k.startswith("test_"))
 
 
+def _shortest_replay(cfg: Config, kind: str, ops: list):
+    """The explorer's shortest violation of ``kind`` on ``cfg`` is ``ops``; its replay (returned with its text)
+    fails as the search found it."""
+    report = Explorer(cfg).run()
+    found = [v for v in report.violations if v.kind == kind]
+    assert found, report.line()
+    shortest = min(found, key=lambda v: len(v.ops))
+    assert shortest.ops == ops, shortest
+    text = replay_text(cfg, shortest)
+    test = _replayed(text)
+    with pytest.raises(AssertionError):
+        test()
+    return test, text
+
+
 @pytest.mark.exhaustive
 def test_a_violation_is_reported_as_a_test_that_replays_it():
     leaves_only = kvcm.policy.DEFAULT.replacing(evict_with_descendants=False)
@@ -58,16 +73,8 @@ def test_a_clock_read_in_the_middle_of_a_release_is_reported(monkeypatch):
     with monkeypatch.context() as m:
         for name, method in read_first.items():
             m.setattr(kvcm.manager_v1.KVCacheManagerV1, name, method.__wrapped__)
-        report = Explorer(cfg).run()
-        changed = [v for v in report.violations if v.kind == "clock-changed"]
-        assert changed, report.line()
-        shortest = min(changed, key=lambda v: len(v.ops))
-        assert shortest.ops == [("admit-ret", 0, 0), ("clock-raises?", "free", 0)], shortest
-        text = replay_text(cfg, shortest)
+        test, text = _shortest_replay(cfg, "clock-changed", [("admit-ret", 0, 0), ("clock-raises?", "free", 0)])
         assert "mgr.free_resources('r0')" in text, text
-        test = _replayed(text)
-        with pytest.raises(AssertionError):
-            test()
     test()                      # read first: the failed release changes nothing
 
 
@@ -79,15 +86,7 @@ def test_a_user_rule_failing_in_a_call_that_is_not_undone_is_reported(monkeypatc
     cfg = Config("v2", "full+window", 2, 4, "copy", ids=True, host=2, user_rules=True, max_states=300)
     with monkeypatch.context() as m:
         m.setattr(kvcm.user_rules, "install", lambda manager: None)
-        report = Explorer(cfg).run()
-        changed = [v for v in report.violations if v.kind == "rule-changed"]
-        assert changed, report.line()
-        shortest = min(changed, key=lambda v: len(v.ops))
-        assert shortest.ops == [("admit", 0, 0), ("rule-raises@1?", "free", 0)], shortest
-        text = replay_text(cfg, shortest)
+        test, text = _shortest_replay(cfg, "rule-changed", [("admit", 0, 0), ("rule-raises@1?", "free", 0)])
         assert "SWITCH.left = 1" in text and "mgr.free_resources('r0')" in text, text
-        test = _replayed(text)
-        with pytest.raises(AssertionError):
-            test()
     test()                      # undone: the failed release changes nothing
     assert not Explorer(cfg).run().violations
