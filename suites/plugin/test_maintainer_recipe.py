@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from _wheel_venv import build_wheel, clean_env, fresh_venv
-from test_targets import readme_adapter
+from test_targets import README_ADAPTER_LEAK, readme_adapter
 
 pytestmark = pytest.mark.cpu_only
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,17 +103,6 @@ def test_contract_recipe_from_a_fresh_venv_outside_the_checkout(venv, tmp_path):
     assert readme_block("A broken adapter stops the session", "```text").strip() in proc.stderr
 
 
-DEFECT = '''
-
-def pytest_kvcm_register_defects(registry):
-    def leak(mp):
-        mp.setattr(MyTarget, "_free", lambda self, rid: self.tables.pop(rid))  # pages never return
-
-    registry.register("my-leak", "freed pages never return to the free list", leak, upstream="my issue 12",
-                      catchers=("pytest_kvcm.contract.test_target_lifecycle",), targets=("mine",))
-'''
-
-
 @pytest.mark.post_merge
 def test_sensitivity_from_a_fresh_venv_runs_the_maintainer_s_own_defects(venv, tmp_path):
     """Issue 55.4: without --defect, a maintainer's directory ran the 65 built-in defects, whose catchers the
@@ -127,7 +116,7 @@ def test_sensitivity_from_a_fresh_venv_runs_the_maintainer_s_own_defects(venv, t
     adapter = readme_adapter().replace('differences = {"sliding_window": "no sliding-window layers"}',
                                        'differences = {"sliding_window": "no sliding-window layers", '
                                        '"exact_pool_size": "declared to see it named"}')
-    (project / "conftest.py").write_text(adapter + DEFECT)
+    (project / "conftest.py").write_text(adapter + README_ADAPTER_LEAK)
     start = time.monotonic()
     proc = run(venv, project, "kvcm sensitivity --pytest-args=--pyargs")
     took = time.monotonic() - start

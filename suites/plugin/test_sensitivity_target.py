@@ -8,19 +8,9 @@ import sys
 
 import pytest
 
-from test_targets import readme_adapter
+from test_targets import README_ADAPTER_LEAK, readme_adapter
 
 pytestmark = [pytest.mark.cpu_only, pytest.mark.slow]  # six pytest processes: 42-58 s on the shared 2-core machine
-
-DEFECT = '''
-
-def pytest_kvcm_register_defects(registry):
-    def leak(mp):
-        mp.setattr(MyTarget, "_free", lambda self, rid: self.tables.pop(rid))  # pages never return
-
-    registry.register("my-leak", "freed pages never return to the free list", leak, upstream="README adapter",
-                      catchers=("pytest_kvcm.contract.test_target_lifecycle",), targets=("mine",))
-'''
 
 
 def sensitivity(cwd, *args):
@@ -30,7 +20,7 @@ def sensitivity(cwd, *args):
 
 
 def test_sensitivity_runs_the_defects_own_target_and_takes_target(pytester):
-    pytester.makeconftest(readme_adapter() + DEFECT)
+    pytester.makeconftest(readme_adapter() + README_ADAPTER_LEAK)
     proc = sensitivity(pytester.path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"my-leak \(caught by 2 failed test\(s\) in .*; ran its named catchers, --kvcm-target=mine,", proc.stdout), \

@@ -16,6 +16,18 @@ def readme_adapter() -> str:
     return text[start:text.index("```", start)]
 
 
+README_ADAPTER_LEAK = '''
+
+def pytest_kvcm_register_defects(registry):
+    def leak(mp):
+        mp.setattr(MyTarget, "_free", lambda self, rid: self.tables.pop(rid))  # pages never return
+
+    registry.register("my-leak", "freed pages never return to the free list", leak, upstream="README adapter",
+                      catchers=("pytest_kvcm.contract.test_target_lifecycle",), targets=("mine",))
+'''
+"""A maintainer's defect for the README adapter, appended to its conftest: freed pages never come back."""
+
+
 def _suites(*names):
     """The shipped contract modules, named as a user names them (``--pyargs``), not copied."""
     return ["--pyargs", *(f"pytest_kvcm.contract.{name.removesuffix('.py')}" for name in names)]
