@@ -112,6 +112,19 @@ class ReuseCache:
             node.parent.child_pages[g] += 1
         self.events.stored(self, node, g)
 
+    def onboarded_to(self, node: Node, g: int, page: int) -> int:
+        """A block copied back from a host tier takes this GPU page (its reference is the claiming request's,
+        counted when the match claimed it on the host): both tiers end an onboard here, so the books and the
+        moved event (level 1 -> 0) cannot differ between V1 and V2."""
+        node.pages[g] = page
+        self.page_node[g][page] = node
+        self.referenced[g] += 1
+        if node.parent is not None:
+            node.parent.child_pages[g] += 1
+        self.onboarded += 1
+        self.events.moved(self, node, g, 1, 0)
+        return page
+
     def unset_page(self, node: Node, g: int, *, free: bool, queued: bool = True) -> int:
         """Take the node's page in group g out of the tree; with ``free`` it goes back to the pool (an eviction),
         otherwise it stays with the request that holds it (a partial block taken over in place). An unheld page

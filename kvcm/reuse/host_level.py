@@ -291,14 +291,7 @@ class LeveledReuseCache(ReuseCache):
             host.num_reusable -= 1
         node.host[g] = -1
         host.release([row])
-        node.pages[g] = page
-        self.page_node[g][page] = node
-        self.referenced[g] += 1
-        if node.parent is not None:
-            node.parent.child_pages[g] += 1
-        self.onboarded += 1
-        self.events.moved(self, node, g, 1, 0)
-        return page
+        return self.onboarded_to(node, g, page)
 
     # ---- storing a block that is resident on the host ----------------------------------------------------------
     def set_page(self, node: Node, g: int, page: int) -> None:

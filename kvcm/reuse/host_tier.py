@@ -250,14 +250,7 @@ class TieredReuseCache(QueuedReuseCache):
         node.host[g] = -1
         host._used[row] = 0
         host.enqueue(row, DEFAULT_PRIORITY)
-        node.pages[g] = page
-        self.page_node[g][page] = node
-        self.referenced[g] += 1
-        if node.parent is not None:
-            node.parent.child_pages[g] += 1
-        self.onboarded += 1
-        self.events.moved(self, node, g, 1, 0)
-        return page
+        return self.onboarded_to(node, g, page)
 
     def unclaim_host(self, node: Node, g: int) -> None:
         """Undo ``claim_host`` (a match that could not be completed)."""
