@@ -21,11 +21,7 @@ import torch
 
 from . import validation
 from .errors import ConfigError
-from .validation import MAX_SEQ_LEN
-
-MAX_BATCH_SIZE = 1 << 16
-"""The largest ``max_batch_size`` a manager accepts: constraints and warmup hold one entry per request, so a
-batch size far beyond any engine's (TensorRT-LLM defaults to 2048) would take minutes before failing."""
+from .validation import MAX_BATCH_SIZE, MAX_SEQ_LEN  # the limits live in validation, so kvcm plan checks them before torch loads
 
 FIELDS = ("max_batch_size", "max_seq_len", "max_num_tokens", "max_draft_len", "num_extra_kv_tokens", "device")
 

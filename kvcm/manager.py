@@ -13,7 +13,6 @@ import torch
 
 from .config import BatchDesc, KvCacheConfig
 from . import user_rules, validation
-from .validation import MAX_BATCH_SIZE
 from .errors import ConfigError, OutOfPagesError, UnknownRequestError
 from .deprecation import renamed_attribute
 from .layer_groups import LayerGroup, build_layer_groups

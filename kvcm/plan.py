@@ -174,7 +174,7 @@ def check_args(args):
                      "the model's max_position_embeddings" if cap == positions else "kvcm.MAX_SEQ_LEN")
     validation.count("-N/--max-num-tokens", args.max_num_tokens, 1)
     validation.count("-D/--max-draft-len", args.max_draft_len, 0, args.max_num_tokens - 1,
-                     f"-N - 1: a step verifying D drafts of one request computes 1 + D tokens, -N at most")
+                     "-N - 1: a step verifying D drafts of one request computes 1 + D tokens, -N at most")
     validation.count("-E/--extra-kv-tokens", args.extra_kv_tokens, 0)
     if args.tpb is not None:
         validation.power_of_two("--tpb", args.tpb)
@@ -209,7 +209,7 @@ def _check_layers(option: str, name: str, config: dict | None, max_draft_len: in
     if _is_deepseek_v4(config):
         base = len(config.get("layer_types") or config.get("compress_ratios") or range(43))
         if base + max(0, max_draft_len - 1) > MAX_LAYERS:
-            what = (f"-D/--max-draft-len", max_draft_len) if base <= MAX_LAYERS else (f"{option} {name!r}: layers", base)
+            what = ("-D/--max-draft-len", max_draft_len) if base <= MAX_LAYERS else (f"{option} {name!r}: layers", base)
             raise ConfigError(what[0], what[1], f"{name} caches {base} layers plus D - 1 MTP layers, at most "
                                                 f"{MAX_LAYERS} in all ({MAX_LAYERS_WHY})")
         return

@@ -27,7 +27,6 @@ import torch
 from ..units import ceil_div
 from ..warmup import plan_warmup
 from . import sampler
-from .attention import KernelOptions
 from .batch import StepBuffers
 from .runner import ModelRunner, StepItem
 

@@ -14,7 +14,6 @@ import torch
 from ..config import KvCacheConfig
 from ..deprecation import renamed_attribute, renamed_keywords
 from ..factory import create_kv_cache_manager
-from ..limits import Limits
 from ..model_spec import ModelSpec
 from ..policy import resolve as resolve_policy
 from ..units import human_bytes

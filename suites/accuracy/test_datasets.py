@@ -71,7 +71,7 @@ def test_embedded_default():
 
 def test_embedded_files_are_what_the_generator_writes():
     for name, text in arith.expected_files().items():
-        assert (arith.DATA_DIR / name).read_text() == text, f"regenerate with python -m pytest_kvcm.accuracy.arith"
+        assert (arith.DATA_DIR / name).read_text() == text, "regenerate with python -m pytest_kvcm.accuracy.arith"
 
 
 def test_generator_is_seeded_and_its_arithmetic_is_right():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-import kvcm
 from _reuse_steps import add, allocated, manager, new_tokens
 
 PROMPT = list(range(9))

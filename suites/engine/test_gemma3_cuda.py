@@ -11,7 +11,6 @@ giving the tokens of a run with reuse off.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from kvcm import KvCacheConfig
 from kvcm.engine import LLM, SamplingParams

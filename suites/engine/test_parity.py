@@ -2,7 +2,6 @@
 prefill and sliding windows; and proof that the gate catches a wrong block table."""
 
 import pytest
-import torch
 
 import kvcm
 from kvcm.engine import LLM, SamplingParams

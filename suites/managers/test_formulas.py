@@ -14,7 +14,7 @@ import kvcm
 from kvcm.config import BatchDesc, KVCacheDesc, KvCacheConfig
 from kvcm.attention_types import SlidingWindow
 from kvcm.layer_groups import LayerGroup
-from kvcm.model_spec import LayerSpec, ModelSpec
+from kvcm.model_spec import ModelSpec
 from kvcm.warmup import cuda_graph_batch_sizes, warmup_shapes
 
 from _manager_specs import GiB, build, swa_spec, tiny_spec
