@@ -5,8 +5,8 @@
 #   throughput  benchmarks/throughput.py on all 1,319 GSM8K questions (256 new tokens, batch 256, bf16): tok/s and
 #               GSM8K accuracy of kvcm (graphs, overlapped), kvcm eager, HF generate and generate_batch; the drift
 #               of each from an fp32 run; fp32 overlapped vs serial on 64 prompts; a graph decode step's host share
-#   lane        stage LANE_STAGE (default 1) of the GPU lane's 3, its slow tests (the model accuracy gates)
-#               included: bash ci/gpu_lane.sh LANE_STAGE (the whole lane takes longer than one device call)
+#   lane        the GPU lane's post-merge stage, gpu_models (the gates that need the weights and GSM8K):
+#               bash ci/gpu_lane.sh models; LANE_STAGE=smoke runs its pre-merge stage instead (nothing staged)
 #   hostshare   benchmarks/throughput.py with kvcm graphs alone, twice back to back: tok/s and the host share
 #               (a median over steps) of two runs in a row
 #   wide        the hostshare run at vLLM's LLM-class defaults for an H100/H200 (1,024 sequences, 16,384 tokens a
@@ -22,7 +22,11 @@
 #               length) and benchmarks/prefill_attention.py (the kernel on the benchmarks' prefill steps, by query
 #               tile); no weights and no GSM8K, so the call that stages the model's first half can run it
 #   breakdown   benchmarks/step_breakdown.py (SmolLM2-135M's shape, random weights, bf16, batch 256): a full-batch
-#               decode step and a mixed step kernel class by kernel class; no weights and no GSM8K
+#               decode step and a mixed step kernel class by kernel class, with the fused layers and without;
+#               no weights and no GSM8K
+#   hosttier    benchmarks/host_tier.py (SmolLM2-135M's shape, random weights, bf16, graphs): the host tier against
+#               recomputing, V1 and V2, with and without the tier, where the prefixes do not fit the GPU pool;
+#               HOST_PREFIXES (default 32) prefixes of 2,048-4,096 tokens; no weights and no GSM8K
 #   split       benchmarks/fewshot.py 8-shot with kvcm V2 alone (no HF): as it is, decode_split_len 256, and
 #               prefill_block_m 64
 #   drift       benchmarks/kernel_drift.py: which component moves bf16 logits from fp32
@@ -43,7 +47,7 @@ parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(throughput lane spec drift)   # gemma runs only when named (its model is staged apart)
 for part in "${parts[@]}"; do
   case $part in
-    kernels|breakdown) ;;
+    kernels|breakdown|hosttier) ;;
     gemma) : "${KVCM_GSM8K_DIR:?set it}" "${KVCM_GEMMA3_GGUF:?set it (ci/gemma_stage.sh setup.sh does)}" ;;
     *) : "${KVCM_GSM8K_DIR:?set it}" "${KVCM_SMOLLM2_GGUF:?set it (gpu-stage setup.sh does)}" ;;
   esac
@@ -60,7 +64,7 @@ for part in "${parts[@]}"; do
         --max-new-tokens 256 --batch-size 256 --dtype bfloat16 --repeats 1 --json "$out/throughput.json" 2>&1 \
         | quiet | tee "$out/throughput.log" ;;
     lane)
-      OUT=$out DEADLINE_S=$budget bash ci/gpu_lane.sh "${LANE_STAGE:-1}" ;;
+      OUT=$out/lane DEADLINE_S=$budget bash ci/gpu_lane.sh "${LANE_STAGE:-models}" ;;
     hostshare)
       for run in 1 2; do
         timeout $(( budget / 2 )) python3 benchmarks/throughput.py --gsm8k "$KVCM_GSM8K_DIR" --num-prompts 0 \
@@ -78,8 +82,13 @@ for part in "${parts[@]}"; do
         --kvcm-versions v2 --dtype bfloat16 --batch-size 1024 --max-num-tokens 16384 --no-hf --profile \
         --json "$out/fewshot_wide.json" 2>&1 | quiet | tee -a "$out/wide.log" ;;
     breakdown)
-      timeout "$budget" python3 benchmarks/step_breakdown.py --json "$out/breakdown.json" 2>&1 | quiet \
-        | tee "$out/breakdown.log" ;;
+      for fused in "" --no-fused-layers; do
+        timeout $(( budget / 2 )) python3 benchmarks/step_breakdown.py $fused --json "$out/breakdown${fused:+-unfused}.json" \
+          2>&1 | quiet | tee "$out/breakdown${fused:+-unfused}.log"
+      done ;;
+    hosttier)
+      timeout "$budget" python3 benchmarks/host_tier.py --prefixes "${HOST_PREFIXES:-32}" --json "$out/host_tier.json" \
+        2>&1 | quiet | tee "$out/host_tier.log" ;;
     cutoff)
       timeout "$budget" python3 benchmarks/gpu_spec.py --only speed --dtype bfloat16 --drafts 4 \
         --batches 1 4 8 16 32 64 256 --cutoffs none default --repeats 3 --token-buckets 16 64 256 1024 \
@@ -117,7 +126,7 @@ for part in "${parts[@]}"; do
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model gemma-3-270m --shots 5 --num-prompts 0 \
         --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/gemma_fewshot.json" 2>&1 | quiet \
         | tee "$out/gemma_fewshot.log" ;;
-    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, wide, lane, spec, cutoff, reuse, kernels, split, drift, gemma)" >&2
+    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, wide, lane, spec, cutoff, reuse, kernels, breakdown, hosttier, split, drift, gemma)" >&2
        exit 2 ;;
   esac
 done

@@ -45,3 +45,17 @@ def test_an_absent_folder_is_made_and_stamped(tmp_path):
     assert (out / ".kvcm-made-by").read_text().strip() == f"{script} (OUT)"
     again = _run(script, args, out)   # its own folder: taken again (the next stage writes beside the last)
     assert "holds files" not in again.stderr
+
+
+def test_the_figures_lane_part_names_a_stage_the_lane_runs(tmp_path):
+    """``h200_figures.sh lane`` hands ``gpu_lane.sh`` its stage: when the lane's stages were renamed (three numbered
+    ones became ``smoke`` and ``models``) the figures script kept asking for stage 1, which the lane refuses."""
+    import re
+
+    text = (ROOT / "ci" / "h200_figures.sh").read_text()
+    stage = re.search(r'gpu_lane\.sh "\$\{LANE_STAGE:-(\w+)\}"', text).group(1)
+    env = {k: v for k, v in os.environ.items() if k != "KVCM_SMOLLM2_GGUF"}
+    proc = subprocess.run(["bash", str(ROOT / "ci" / "gpu_lane.sh"), stage], env={**env, "OUT": str(tmp_path / "o")},
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert "unknown stage" not in proc.stderr, proc.stderr
+    assert proc.returncode != 0   # here: no staged SmolLM2 (models) or no GPU (smoke), said in one line
