@@ -150,7 +150,8 @@ class KvcmV4Target(KvcmV2Target):
     supports_host_tier = False      # DeepSeek-V4 refuses host_cache_size (docs/semantics.md 11.7)
     differences = {"page_size": "DeepSeek-V4 pages hold 128 or 256 tokens; the spec's page_size is rounded up to 128",
                    "free_pages": "several pools (compressed, indexer, sliding) of one page count each: a new prompt "
-                                 "takes a page in every one, so free pages are the smallest pool's free count",
+                                 "takes a page in every one, so free pages are the smallest pool's free and cached "
+                                 "pages",
                    "exact_pool_size": "the token quota is split between pools by a typical step: a pool holds more "
                                       "or fewer pages than asked (the full-length ones more, a window's fewer)",
                    "window": "the sliding window is W + max_draft_len (docs/semantics.md 5)"}
@@ -176,7 +177,10 @@ class KvcmV4Target(KvcmV2Target):
         self.total_pages = self.free_pages()
 
     def free_pages(self) -> int:
-        return min(pool.num_free for pool in self.manager.pools)
+        """The smallest pool's pages a new prompt could take: its free pages and its cached ones nobody holds
+        (an allocation evicts them), as the contract counts free pages for every target."""
+        counts = (self.manager.get_block_counts(g) for g in range(len(self.manager.pools)))
+        return min(c.free + c.reusable for c in counts)
 
     def _build(self, spec: PoolSpec):
         from kvcm import DeepseekV4CacheManager, DeepseekV4Spec, KvCacheConfig
