@@ -49,7 +49,7 @@ def warmup_fit(m: dict) -> str:
 
 
 def concurrency_words(m: dict, result: dict) -> str:
-    mc, b, s = m["max_concurrency"], result["max_batch_size"], result["max_seq_len"]
+    mc, b = m["max_concurrency"], result["max_batch_size"]
     if mc > b:
         return f"{b} requests at once (B binds; the pools would hold {mc:,})"
     return f"{_plural(mc, 'request')} at once"

@@ -70,7 +70,7 @@ def visible_devices(env: dict[str, str] | os._Environ = os.environ) -> list[str]
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
+    return [str(i) for i, line in enumerate(row for row in out.splitlines() if row.startswith("GPU "))]
 
 
 def gpus_per_worker(config: pytest.Config, namespace=None) -> int:

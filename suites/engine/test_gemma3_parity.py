@@ -83,7 +83,7 @@ def test_prompts_inside_and_across_the_window_chunked(gemma3, greedy_parity):
     # 120 tokens stay inside the window; 600 cross it, and chunks of 200 put a chunk edge across position 512
     prompts = [fewshot_ids(tok, 120, 1), fewshot_ids(tok, 600, 2)]
     runs = check_parity(model, tok, prompts, greedy_parity, max_new_tokens=12, max_num_tokens=200)
-    (v1, use1), (v2, use2) = runs["v1"], runs["v2"]
+    (_, use1), (v2, use2) = runs["v1"], runs["v2"]
     sliding2, full2 = use2
     assert (sliding2.window, full2.window) == (WINDOW, None)
     assert [u.released_stale for u in use1] == [0, 0]            # V1 keeps every page to the end
