@@ -12,18 +12,26 @@ from __future__ import annotations
 
 from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
 
-INSTALL_HINT = "transformers>=5.17 with continuous batching is needed: pip install 'transformers>=5.17' accelerate"
+INSTALL_HINT = ("transformers>=5.18 is needed, whose continuous-batching cache hands out sectors from one pool "
+                "(5.17's allocates per layer group, with another API): pip install 'transformers>=5.18' accelerate")
 
 
 def _hf():
+    """transformers' classes the adapter drives, or ``TargetUnavailable`` naming the version installed: kvcm's engine
+    runs on 5.17 (the GPU machine's), this adapter only on the sector pool 5.18 brought."""
     try:
         import transformers
+    except Exception as exc:
+        raise TargetUnavailable(f"{INSTALL_HINT} ({type(exc).__name__}: {exc})") from None
+    try:
         from transformers import ContinuousBatchingConfig
         from transformers.generation.continuous_batching.cache import PagedAttentionCache
+        from transformers.generation.continuous_batching.cache_allocators.cache_pool import CachePool  # noqa: F401
         from transformers.generation.continuous_batching.distributed import DistributedHelper
         from transformers.generation.continuous_batching.requests import RequestState
     except Exception as exc:
-        raise TargetUnavailable(f"{INSTALL_HINT} ({type(exc).__name__}: {exc})") from None
+        raise TargetUnavailable(f"{INSTALL_HINT}; transformers {transformers.__version__} is installed "
+                                f"({type(exc).__name__}: {exc})") from None
     return transformers, ContinuousBatchingConfig, PagedAttentionCache, DistributedHelper, RequestState
 
 

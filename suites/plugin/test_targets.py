@@ -1,6 +1,7 @@
 """--kvcm-target: the README's adapter passes the contract suites, a leaking one fails them, bad names are a
 usage error, and a target whose engine is missing skips with its install hint."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,18 @@ def test_pool_for_max_model_len_counts_reserved_pages():
     assert contract.pages_for_max_model_len(5 * 16 + 3, 16, reserved_pages=0) == 6
     assert contract.pages_for_max_model_len(5 * 16 + 3, 16, reserved_pages=1) == 7
     assert contract.pages_for_max_model_len(6 * 16, 16, reserved_pages=1) == 7
+
+
+def test_hf_target_without_the_sector_pool_is_unavailable_naming_the_version(monkeypatch):
+    """transformers 5.17 (the GPU machine's) has continuous batching but no sector pool: building the ``hf``
+    target there raised a TypeError from ``ContinuousBatchingConfig(page_size=...)``; it is a skip that names the
+    version installed and the one needed."""
+    transformers = pytest.importorskip("transformers")
+    from pytest_kvcm.targets import PoolSpec, TargetUnavailable
+    from pytest_kvcm.targets.hf_target import HfPagedTarget
+
+    monkeypatch.setitem(sys.modules, "transformers.generation.continuous_batching.cache_allocators.cache_pool", None)
+    with pytest.raises(TargetUnavailable) as caught:
+        HfPagedTarget(PoolSpec(num_pages=4))
+    assert "transformers>=5.18" in str(caught.value)
+    assert f"transformers {transformers.__version__} is installed" in str(caught.value)
