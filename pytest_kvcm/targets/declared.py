@@ -38,8 +38,9 @@ TARGETS: tuple[DeclaredTarget, ...] = (
     DeclaredTarget("sglang", "pytest_kvcm.targets.sglang_target:SglangTarget",
                    "SGLang's paged and sliding-window allocators, RadixCache and start-up rule",
                    release="sglang==0.5.23", venv_script="ci/sglang_venv.sh"),
-    DeclaredTarget("hf", "pytest_kvcm.targets.hf_target:HfPagedTarget", "transformers' PagedAttentionCache",
-                   default=True),
+    DeclaredTarget("hf", "pytest_kvcm.targets.hf_target:HfPagedTarget",
+                   "transformers' PagedAttentionCache (5.18 or later: 5.17's cache has another allocator API; the "
+                   "target skips there, naming the version)", default=True),
     DeclaredTarget("trtllm", "pytest_kvcm.targets.trtllm_shaped:TrtllmShapedTarget",
                    "any manager with TensorRT-LLM's Python surface (by default kvcm V2 behind it)", default=True),
 )
