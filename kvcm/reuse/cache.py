@@ -102,25 +102,25 @@ class ReuseCache:
         return gain
 
     # ---- the tree's pages -----------------------------------------------------------------------------------
-    def set_page(self, node: Node, g: int, page: int) -> None:
-        """A request's private page becomes the node's (held by that request: one reference)."""
+    def _attach(self, node: Node, g: int, page: int) -> None:
+        """The node's block in group g lives in GPU page ``page``, held: the books a held tree page is in."""
         node.pages[g] = page
-        node.refs[g] = 1
-        self.referenced[g] += 1
         self.page_node[g][page] = node
+        self.referenced[g] += 1
         if node.parent is not None:
             node.parent.child_pages[g] += 1
+
+    def set_page(self, node: Node, g: int, page: int) -> None:
+        """A request's private page becomes the node's (held by that request: one reference)."""
+        self._attach(node, g, page)
+        node.refs[g] = 1
         self.events.stored(self, node, g)
 
     def onboarded_to(self, node: Node, g: int, page: int) -> int:
         """A block copied back from a host tier takes this GPU page (its reference is the claiming request's,
         counted when the match claimed it on the host): both tiers end an onboard here, so the books and the
         moved event (level 1 -> 0) cannot differ between V1 and V2."""
-        node.pages[g] = page
-        self.page_node[g][page] = node
-        self.referenced[g] += 1
-        if node.parent is not None:
-            node.parent.child_pages[g] += 1
+        self._attach(node, g, page)
         self.onboarded += 1
         self.events.moved(self, node, g, 1, 0)
         return page
