@@ -1,7 +1,6 @@
 """Lifecycle through the contract: every page comes back after free, and a refused allocation (a new request,
 a growth step or a whole warmup batch) leaves the pool and every request exactly as they were."""
 
-
 from pytest_kvcm.targets import PoolSpec
 
 

@@ -13,7 +13,6 @@ from .contract import TargetUnavailable
 from .differences import in_force, relaxations, summary
 from .registry import BUILTIN_TARGETS, build_target_registry
 
-
 TARGETS = pytest.StashKey[dict]()   # name -> target factory: the run's registry (built-in and users' hooks)
 
 

@@ -6,6 +6,7 @@ and a folder they stamped is theirs again on the next stage."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -15,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = [("gpu_lane.sh", ["smoke"]), ("h200_figures.sh", ["kernels"])]   # parts that need no staged model first
 
 
-def _run(script: str, args: list[str], out: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OUT": str(out)}
+def _run(script: str, args: list[str], out: Path, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if k not in unset}, "OUT": str(out)}
     return subprocess.run(["bash", str(ROOT / "ci" / script), *args], env=env, capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
 
@@ -50,12 +51,8 @@ def test_an_absent_folder_is_made_and_stamped(tmp_path):
 def test_the_figures_lane_part_names_a_stage_the_lane_runs(tmp_path):
     """``h200_figures.sh lane`` hands ``gpu_lane.sh`` its stage: when the lane's stages were renamed (three numbered
     ones became ``smoke`` and ``models``) the figures script kept asking for stage 1, which the lane refuses."""
-    import re
-
     text = (ROOT / "ci" / "h200_figures.sh").read_text()
     stage = re.search(r'gpu_lane\.sh "\$\{LANE_STAGE:-(\w+)\}"', text).group(1)
-    env = {k: v for k, v in os.environ.items() if k != "KVCM_SMOLLM2_GGUF"}
-    proc = subprocess.run(["bash", str(ROOT / "ci" / "gpu_lane.sh"), stage], env={**env, "OUT": str(tmp_path / "o")},
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = _run("gpu_lane.sh", [stage], tmp_path / "o", unset=("KVCM_SMOLLM2_GGUF",))   # never a staged model run
     assert "unknown stage" not in proc.stderr, proc.stderr
     assert proc.returncode != 0   # here: no staged SmolLM2 (models) or no GPU (smoke), said in one line

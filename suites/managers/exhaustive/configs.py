@@ -125,7 +125,8 @@ def _equal_pools(make, cfg: Config, tpb: int):
 
 
 def build(cfg: Config):
-    """A fresh manager for the configuration (meta device); with ``user_rules``, built under ``failing_rules.armed_policy``."""
+    """A fresh manager for the configuration (meta device); with ``user_rules``, built under
+    ``failing_rules.armed_policy``."""
     if cfg.user_rules:
         from .failing_rules import armed_policy
 
