@@ -44,6 +44,7 @@ from .spec_cutoff import should_speculate
 from .spec_gate import SpeculationGate
 from .spec_stats import SpecStats
 from .stop_strings import StopStrings
+from .stopping import StopConditions
 
 
 class Scheduler:
@@ -66,9 +67,9 @@ class Scheduler:
         self.limits = limits
         self.drafter = drafter
         self.num_draft = drafter.num_draft if drafter is not None else 0
-        self.eos_token_ids = tuple(eos_token_ids)
         self.tokenizer = tokenizer
-        self.stop_strings = stop_strings if stop_strings is not None else StopStrings(tokenizer)
+        self.stops = StopConditions(eos_token_ids, limits.max_seq_len,
+                                    stop_strings if stop_strings is not None else StopStrings(tokenizer))
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._added: list[Sequence] = []       # every request of this run, for ``abort``
@@ -314,7 +315,7 @@ class Scheduler:
         """Write a committed step's sampled tokens over their placeholders and apply the stop conditions.
         A position past a sequence's end was decoded after an earlier token stopped it (the overlapped loop
         schedules before it knows): its token is dropped. Returns the sequences that finished."""
-        finished, check_stop = [], self._check_stop
+        finished, check_stop = [], self.stops.check
         for (seq, pos), tok, margin in zip(pending, tokens, margins):
             out = seq.output_token_ids
             if pos >= len(out):
@@ -368,7 +369,7 @@ class Scheduler:
             for tok, margin in zip(want, wmargins):
                 seq.output_token_ids.append(tok)
                 seq.logits_margins.append(margin)
-                if self._check_stop(seq, len(seq.output_token_ids) - 1):
+                if self.stops.check(seq, len(seq.output_token_ids) - 1):
                     self._retire(seq)
                     finished.append(seq)
                     break
@@ -394,29 +395,6 @@ class Scheduler:
         """Draft slots a verification of ``seq`` reserves: ``D``, fewer near ``max_seq_len``. ``verify`` rewinds
         exactly these, even when the drafter proposed nothing and the step ran as a plain decode."""
         return min(self.num_draft, self.limits.max_seq_len - seq.num_tokens) if self.speculating else 0
-
-    def _check_stop(self, seq: Sequence, pos: int) -> bool:
-        """Whether output ``pos`` (the newest resolved one) stops ``seq``; sets its finish reason."""
-        tok = seq.output_token_ids[pos]
-        p = seq.params
-        if not p.ignore_eos and tok in self.eos_token_ids:
-            seq.finish_reason = "eos"
-        elif tok in p.stop_token_ids:
-            seq.finish_reason = "stop_token"
-        elif p.stop_strings and self._stop_string(seq, pos):
-            seq.finish_reason = "stop_string"
-        elif pos + 1 >= p.max_new_tokens:
-            seq.finish_reason = "length"
-        elif len(seq.prompt_token_ids) + pos + 1 >= self.limits.max_seq_len:
-            seq.finish_reason = "max_seq_len"
-        return seq.finish_reason is not None
-
-    def _stop_string(self, seq: Sequence, pos: int) -> bool:
-        found = self.stop_strings.find(seq.params.stop_strings, seq.output_token_ids, pos)
-        if found is None:
-            return False
-        seq.stop_string = found
-        return True
 
 
 # ---- the decisions made here (kvcm.policy: a defect replaces one for a manager or a run) ----------------
