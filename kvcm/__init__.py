@@ -18,7 +18,7 @@ _EXPORTS = {
     "UnknownRequestError": "errors", "UserCallbackError": "errors",
     "Estimation": "estimation", "build_with_estimation": "estimation",
     "create_kv_cache_manager": "factory",
-    "DummyRequest": "manager", "Limits": "limits", "MAX_BATCH_SIZE": "limits", "MAX_SEQ_LEN": "validation",
+    "DummyRequest": "dummies", "Limits": "limits", "MAX_BATCH_SIZE": "limits", "MAX_SEQ_LEN": "validation",
     "MAX_LAYERS": "validation",
     "KVCacheManagerV1": "manager_v1",
     "KVCacheManagerV2": "manager_v2",
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # what static tools and IDEs see; nothing here runs
     from .factory import create_kv_cache_manager
     from .limits import MAX_BATCH_SIZE, Limits
     from .validation import MAX_LAYERS, MAX_SEQ_LEN
-    from .manager import DummyRequest
+    from .dummies import DummyRequest
     from .manager_v1 import KVCacheManagerV1
     from .manager_v2 import KVCacheManagerV2
     from .model_spec import LayerSpec, ModelSpec

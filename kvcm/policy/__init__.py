@@ -30,8 +30,8 @@ __all__ = ["DECISIONS", "DEFAULT", "Decision", "Decisions", "OWNERS", "Policy", 
            "rule", "setting"]
 
 OWNERS: tuple[str, ...] = (
-    "kvcm.attention_types", "kvcm.layer_groups", "kvcm.manager", "kvcm.manager_v1", "kvcm.manager_v2",
-    "kvcm.deepseek_v4", "kvcm.storage_quota", "kvcm.estimation", "kvcm.warmup", "kvcm.draft_budget", "kvcm.parallel",
+    "kvcm.attention_types", "kvcm.layer_groups", "kvcm.manager", "kvcm.dummies", "kvcm.manager_v1",
+    "kvcm.manager_v2", "kvcm.deepseek_v4", "kvcm.storage_quota", "kvcm.estimation", "kvcm.warmup", "kvcm.draft_budget", "kvcm.parallel",
     "kvcm.plan_parallel", "kvcm.startup", "kvcm.free_queue", "kvcm.reuse.tree", "kvcm.reuse.cache",
     "kvcm.reuse.version_rules", "kvcm.reuse.retention", "kvcm.reuse.host_tier", "kvcm.reuse.host_level",
     "kvcm.reuse.api", "kvcm.reuse.transfers",
