@@ -27,7 +27,7 @@ def available_tokens_from_free_blocks():
                  "(get_attn_dim: state_factor 2 for is_overlap_compressor)",
         story="DeepSeek-V4's ratio-4 compressor sized as a plain one: its fp32 states half as wide, the window-8 "
               "pool half the bytes TensorRT-LLM gives it",
-        catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas.py"))
+        catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas_deepseek_v4.py"))
 def v4_compressor_not_overlapped():
     return {"v4_state_factor": lambda ratio: 1}
 
@@ -36,7 +36,7 @@ def v4_compressor_not_overlapped():
         upstream="TensorRT-LLM tensorrt_llm/_torch/attention/backends/sparse/deepseek_v4/cache_manager.py "
                  "(get_token_bytes: INDEXER_COMPRESS is fp8 plus index_head_dim // 128 fp32 scales)",
         story="DeepSeek-V4's compressed indexer keys stored as bf16 (256 bytes an entry, not 132)",
-        catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas.py"))
+        catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas_deepseek_v4.py"))
 def v4_indexer_keys_bf16():
     return {"v4_indexer_entry_bytes": lambda index_head_dim, indexer_k_dtype: 2 * index_head_dim}
 
@@ -45,7 +45,7 @@ def v4_indexer_keys_bf16():
         upstream="TensorRT-LLM tensorrt_llm/_torch/attention/backends/sparse/deepseek_v4/cache_manager.py "
                  "(__init__ appends max_draft_len - 1 MTP layers with the last layer's ratio)",
         story="DeepSeek-V4 with drafts cached no MTP layers: every pool short of the draft layers' blocks",
-        catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas.py"))
+        catchers=("suites/conformance/test_deepseek_v4_bytes.py", "suites/managers/test_formulas_deepseek_v4.py"))
 def v4_no_mtp_layers():
     return {"v4_mtp_layers": lambda max_draft_len: 0}
 

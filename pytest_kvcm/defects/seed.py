@@ -36,7 +36,7 @@ def generic_longest_decode():
 
 @defect("v4-constraints-ignore-pool-ratio", upstream="TensorRT-LLM PR #19213 (the explicit pool-ratio opt-out)",
         story="DeepSeek-V4 built constraints despite an explicit pool_ratio",
-        catchers=("suites/managers/test_formulas.py::test_v4_explicit_pool_ratio_has_no_constraints",
+        catchers=("suites/managers/test_formulas_deepseek_v4.py::test_v4_explicit_pool_ratio_has_no_constraints",
                   "suites/managers/test_budget.py::test_deepseek_v4_explicit_ratio_has_no_floors",
                   "suites/managers/test_page_boundary.py::test_deepseek_v4_dummy_at_page_boundary_with_shorts_held"))
 def v4_constraints_ignore_pool_ratio():
