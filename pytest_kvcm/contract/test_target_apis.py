@@ -9,8 +9,11 @@ from pytest_kvcm.targets import TargetUnavailable
 
 
 def test_transformers_paged_cache_api():
+    """5.18 and later: the sector pool ``hf_target.py`` drives."""
     from pytest_kvcm.targets import hf_target
 
+    if hf_target._hf_blocks() is not None:
+        pytest.skip("transformers 5.17's block pool is installed: test_transformers_block_pool_api pins it")
     try:
         _, cb_config, cache, helper, state = hf_target._hf()
     except TargetUnavailable as exc:
@@ -27,6 +30,30 @@ def test_transformers_paged_cache_api():
 
     for name in ("num_free_sectors", "count_free_blocks", "try_to_free_sectors"):
         assert hasattr(CachePool, name), name
+
+
+def test_transformers_block_pool_api():
+    """5.17: the shared block pool and the scheduler's block count ``hf_blocks_target.py`` drives."""
+    from pytest_kvcm.targets import hf_target
+
+    found = hf_target._hf_blocks()
+    if found is None:
+        pytest.skip("not transformers 5.17's block pool (5.18 and later: test_transformers_paged_cache_api)")
+    _, cb_config, cache, helper, state, scheduler = found
+    assert list(inspect.signature(cache.__init__).parameters)[1:7] == [
+        "config", "continuous_batching_config", "device", "distributed_helper", "tp_plan", "dtype"]
+    assert list(inspect.signature(cache.allocate_blocks).parameters)[1:4] == [
+        "n_blocks", "request_id", "allocated_blocks"]
+    assert list(inspect.signature(cache.free_blocks).parameters)[1:] == ["request_id"]
+    assert callable(cache.get_num_free_blocks)
+    assert list(inspect.signature(scheduler.__init__).parameters)[1:4] == [
+        "cache", "safety_margin", "max_requests_per_batch"]
+    assert list(inspect.signature(scheduler._allocate_blocks_if_needed).parameters)[1:3] == [
+        "state", "len_next_tokens"]
+    assert list(inspect.signature(helper.__init__).parameters)[1:3] == ["device_mesh", "cpu_group_timeout"]
+    assert {"block_size", "num_blocks", "max_batch_tokens", "allow_block_sharing", "max_memory_percent"} <= set(
+        cb_config.__dataclass_fields__)
+    assert {"position_offset", "request_id", "allocated_blocks"} <= set(state.__dataclass_fields__)
 
 
 def test_vllm_kv_cache_manager_api():

@@ -8,8 +8,9 @@ def _snapshot(target):
     return target.free_pages(), {r: (target.tokens(r), target.held_pages(r)) for r in target.requests}
 
 
-def test_no_page_leaks_after_free(kvcm_target):
+def test_no_page_leaks_after_free(kvcm_target, request):
     target = kvcm_target(PoolSpec(num_pages=16))
+    target.xfail_finding(request, "block_count")       # the whole pool, asked for at once, needs one page more
     ps, before = target.page_size, target.free_pages()
     assert target.allocate("a", ps + 4, 4)
     for _ in range(2 * ps):
@@ -23,10 +24,11 @@ def test_no_page_leaks_after_free(kvcm_target):
     assert target.allocate("c", before * ps), f"{target}: the whole pool is usable again"
 
 
-def test_refused_allocation_and_growth_change_nothing(kvcm_target):
+def test_refused_allocation_and_growth_change_nothing(kvcm_target, request):
     """Counted from the target's own page size and free count, so it runs whatever the target declares
     (``pytest_kvcm/targets/differences.py``)."""
     target = kvcm_target(PoolSpec(num_pages=12))
+    target.xfail_finding(request, "block_count")       # the free pages, asked for at once, need one page more
     ps = target.page_size
     assert target.allocate("a", 3 * ps - 2, 2)
     free = target.free_pages()
@@ -43,10 +45,11 @@ def test_refused_allocation_and_growth_change_nothing(kvcm_target):
     assert target.allocate("c", free * ps), f"{target}: after the refusals the free pages are still usable"
 
 
-def test_refused_batch_allocation_leaves_nothing_allocated(kvcm_target):
+def test_refused_batch_allocation_leaves_nothing_allocated(kvcm_target, request):
     """A warmup batch whose last request does not fit must not leave its first requests behind (TensorRT-LLM
     PR #17162: dummies registered before the failure leaked and estimation hung)."""
     target = kvcm_target(PoolSpec(num_pages=12))
+    target.xfail_finding(request, "block_count")       # a batch of whole pages that fits holds more than fits
     ps = target.page_size
     free = target.free_pages()
     assert not target.allocate_batch(["w0", "w1", "w2"], [ps, ps, (free - 1) * ps], 0)

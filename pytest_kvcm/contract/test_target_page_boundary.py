@@ -12,9 +12,10 @@ from pytest_kvcm.targets import PoolSpec
 
 @pytest.mark.parametrize("lookahead", [0, 4])
 @pytest.mark.parametrize("batch_size", [1, 2, 3])
-def test_request_filling_the_free_pages_fits_and_one_more_token_does_not(kvcm_target, batch_size, lookahead):
+def test_request_filling_the_free_pages_fits_and_one_more_token_does_not(kvcm_target, batch_size, lookahead, request):
     spec = PoolSpec(num_pages=12)
     target = kvcm_target(spec)
+    target.xfail_finding(request, "block_count")       # a request of exactly the free pages asks one page more
     ps = target.page_size
     shorts = [f"short{i}" for i in range(batch_size - 1)]
     assert target.allocate_batch(shorts, [1] * len(shorts), lookahead), f"{target}: {len(shorts)} short requests"

@@ -63,7 +63,8 @@ def side_by_side(make_target):
     return SideBySide
 
 
-def test_target_admits_what_kvcm_admits(kvcm_target):
+def test_target_admits_what_kvcm_admits(kvcm_target, request):
+    kvcm_target(PoolSpec(num_pages=4)).xfail_finding(request, "block_count")
     machine = side_by_side(kvcm_target)
     machine.TestCase.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
                                          suppress_health_check=list(HealthCheck))

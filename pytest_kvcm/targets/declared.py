@@ -38,9 +38,12 @@ TARGETS: tuple[DeclaredTarget, ...] = (
     DeclaredTarget("sglang", "pytest_kvcm.targets.sglang_target:SglangTarget",
                    "SGLang's paged and sliding-window allocators, RadixCache and start-up rule",
                    release="sglang==0.5.23", venv_script="ci/sglang_venv.sh"),
-    DeclaredTarget("hf", "pytest_kvcm.targets.hf_target:HfPagedTarget",
-                   "transformers' PagedAttentionCache (5.18 or later: 5.17's cache has another allocator API; the "
-                   "target skips there, naming the version)", default=True),
+    DeclaredTarget("hf", "pytest_kvcm.targets.hf_target:hf_paged_target",
+                   "transformers' PagedAttentionCache as installed: the sector pool of 5.18 and later, or 5.17's "
+                   "block pool", default=True),
+    DeclaredTarget("hf-5.17", "pytest_kvcm.targets.hf_target:hf_517_target",
+                   "transformers 5.17's PagedAttentionCache: one block pool, the block count its scheduler decides",
+                   release="transformers==5.17.0", venv_script="ci/transformers_venv.sh"),
     DeclaredTarget("trtllm", "pytest_kvcm.targets.trtllm_shaped:TrtllmShapedTarget",
                    "any manager with TensorRT-LLM's Python surface (by default kvcm V2 behind it)", default=True),
 )

@@ -1,4 +1,5 @@
-"""transformers' continuous-batching ``PagedAttentionCache`` behind the contract, built standalone.
+"""transformers' continuous-batching ``PagedAttentionCache`` behind the contract, built standalone (5.18 and later;
+``hf_paged_target`` hands 5.17 to ``hf_blocks_target.py``).
 
 Relies on internal API (pinned by ``pytest_kvcm/contract/test_target_apis.py``): ``PagedAttentionCache(config,
 ContinuousBatchingConfig, device, DistributedHelper, dtype)``, ``can_store_request_tokens(state, n)`` (checks
@@ -12,13 +13,54 @@ from __future__ import annotations
 
 from .contract import KVCacheTarget, PoolSpec, TargetUnavailable
 
-INSTALL_HINT = ("transformers>=5.18 is needed, whose continuous-batching cache hands out sectors from one pool "
-                "(5.17's allocates per layer group, with another API): pip install 'transformers>=5.18' accelerate")
+INSTALL_HINT = ("transformers 5.17 or later is needed, whose continuous batching has a PagedAttentionCache: "
+                "pip install 'transformers>=5.17' accelerate")
+
+
+def hf_paged_target(spec: PoolSpec) -> KVCacheTarget:
+    """The ``hf`` target for the transformers installed: the sector pool's adapter (5.18 and later, below) or
+    5.17's block pool's (``hf_blocks_target.py``); ``TargetUnavailable`` naming the version where neither API is."""
+    blocks = _hf_blocks()
+    if blocks is not None:
+        from .hf_blocks_target import HfBlocksTarget
+
+        return HfBlocksTarget(spec, blocks)
+    return HfPagedTarget(spec)
+
+
+def hf_517_target(spec: PoolSpec) -> KVCacheTarget:
+    """The ``hf-5.17`` target: 5.17's block pool and nothing else, in the venv ``ci/transformers_venv.sh`` builds;
+    anywhere else a skip that says how to get there."""
+    blocks = _hf_blocks()
+    if blocks is None:
+        raise TargetUnavailable(
+            "transformers 5.17's block pool is not importable in this interpreter; build its venv with "
+            "`VENV=$(bash ci/transformers_venv.sh | tail -1)` (transformers==5.17.0) and run `PYTHONPATH=$PWD "
+            "$VENV/bin/python -m pytest -p pytest_kvcm.plugin --pyargs pytest_kvcm.contract --kvcm-target=hf-5.17`")
+    from .hf_blocks_target import HfBlocksTarget
+
+    return HfBlocksTarget(spec, blocks)
+
+
+def _hf_blocks():
+    """5.17's classes (a block pool shared by the groups, the scheduler deciding the block count), or None where
+    the installed release allocates otherwise."""
+    try:
+        import transformers
+        from transformers import ContinuousBatchingConfig
+        from transformers.generation.continuous_batching.cache import PagedAttentionCache
+        from transformers.generation.continuous_batching.distributed import DistributedHelper
+        from transformers.generation.continuous_batching.requests import RequestState
+        from transformers.generation.continuous_batching.scheduler import FIFOScheduler
+    except Exception:  # noqa: BLE001 - absent or another layout: not 5.17's API
+        return None
+    if not (hasattr(FIFOScheduler, "_allocate_blocks_if_needed") and hasattr(PagedAttentionCache, "allocate_blocks")):
+        return None
+    return transformers, ContinuousBatchingConfig, PagedAttentionCache, DistributedHelper, RequestState, FIFOScheduler
 
 
 def _hf():
-    """transformers' classes the adapter drives, or ``TargetUnavailable`` naming the version installed: kvcm's engine
-    runs on 5.17 (the GPU machine's), this adapter only on the sector pool 5.18 brought."""
+    """transformers' classes the sector-pool adapter drives, or ``TargetUnavailable`` naming the version installed."""
     try:
         import transformers
     except Exception as exc:
@@ -30,14 +72,15 @@ def _hf():
         from transformers.generation.continuous_batching.distributed import DistributedHelper
         from transformers.generation.continuous_batching.requests import RequestState
     except Exception as exc:
-        raise TargetUnavailable(f"{INSTALL_HINT}; transformers {transformers.__version__} is installed "
+        raise TargetUnavailable(f"{INSTALL_HINT}; transformers {transformers.__version__} is installed, with "
+                                f"neither 5.17's block pool nor the sector pool of 5.18 and later "
                                 f"({type(exc).__name__}: {exc})") from None
     return transformers, ContinuousBatchingConfig, PagedAttentionCache, DistributedHelper, RequestState
 
 
 def model_config(spec: PoolSpec):
     """A two-layer config: full attention, plus a sliding-window layer when the spec has a window."""
-    transformers = _hf()[0]
+    import transformers
     kw = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=64,
               vocab_size=128, max_position_embeddings=spec.max_model_len)
     if spec.sliding_window is None:

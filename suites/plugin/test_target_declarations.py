@@ -48,7 +48,7 @@ def test_the_venv_scripts_and_ci_read_the_declaration():
     listed = subprocess.run([sys.executable, str(DECLARED), "--with-venv"], capture_output=True, text=True)
     assert listed.stdout.split() == [f"{t.name}:{t.venv_script}" for t in TARGETS if t.venv_script]
     bad = subprocess.run([sys.executable, str(DECLARED), "hf"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "give a pinned target (vllm, sglang)" in bad.stderr and not bad.stdout
+    assert bad.returncode == 2 and "give a pinned target (vllm, sglang, hf-5.17)" in bad.stderr and not bad.stdout
     assert "declared.py --with-venv" in (ROOT / ".ci" / "run").read_text()
     for t in TARGETS:
         if t.venv_script:

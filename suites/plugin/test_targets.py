@@ -88,16 +88,17 @@ def test_pool_for_max_model_len_counts_reserved_pages():
     assert contract.pages_for_max_model_len(6 * 16, 16, reserved_pages=1) == 7
 
 
-def test_hf_target_without_the_sector_pool_is_unavailable_naming_the_version(monkeypatch):
-    """transformers 5.17 (the GPU machine's) has continuous batching but no sector pool: building the ``hf``
-    target there raised a TypeError from ``ContinuousBatchingConfig(page_size=...)``; it is a skip that names the
-    version installed and the one needed."""
+def test_hf_target_with_neither_allocator_api_is_unavailable_naming_the_version(monkeypatch):
+    """The ``hf`` target drives 5.17's block pool or the sector pool of 5.18 and later; a release with neither
+    (here: the sector pool's module hidden, and 5.17's scheduler method absent from this release) is a skip that
+    names the version installed and the one needed, not a TypeError from the first constructor call."""
     transformers = pytest.importorskip("transformers")
     from pytest_kvcm.targets import PoolSpec, TargetUnavailable
-    from pytest_kvcm.targets.hf_target import HfPagedTarget
+    from pytest_kvcm.targets.hf_target import hf_paged_target
 
     monkeypatch.setitem(sys.modules, "transformers.generation.continuous_batching.cache_allocators.cache_pool", None)
+    monkeypatch.setitem(sys.modules, "transformers.generation.continuous_batching.scheduler", None)
     with pytest.raises(TargetUnavailable) as caught:
-        HfPagedTarget(PoolSpec(num_pages=4))
-    assert "transformers>=5.18" in str(caught.value)
+        hf_paged_target(PoolSpec(num_pages=4))
+    assert "transformers 5.17 or later" in str(caught.value)
     assert f"transformers {transformers.__version__} is installed" in str(caught.value)

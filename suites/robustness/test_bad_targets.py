@@ -120,7 +120,7 @@ def test_empty_target_option_is_a_usage_error(run, args):
 @pytest.mark.parametrize("value, expected", [
     ("kvcm-v1,kvcm-v1", ["kvcm-v1"]),
     ("mine,kvcm-v2,mine", ["mine", "kvcm-v2"]),
-    ("all,kvcm-v1", ["kvcm-v1", "kvcm-v2", "kvcm-v4", "vllm", "sglang", "hf", "trtllm", "mine"]),
+    ("all,kvcm-v1", ["kvcm-v1", "kvcm-v2", "kvcm-v4", "vllm", "sglang", "hf", "hf-5.17", "trtllm", "mine"]),
 ], ids=["duplicate_builtin", "duplicate_own", "all_in_a_list"])
 def test_duplicates_run_once_and_all_means_all(run, value, expected):
     result = run("    registry['mine'] = Mine", f"--kvcm-target={value}", "--collect-only", "-q")
