@@ -54,7 +54,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
     def _set_tokens(self, request_id, tokens: int, what: str) -> None:
         """Grow or shrink the request to ``tokens`` slots in every pool; raises with nothing changed."""
         seq = self._seq(request_id)
-        target = ceil_div(tokens, self.tokens_per_block)
+        target = self.policy.v1_blocks_for_tokens(tokens, self.tokens_per_block)
         have = len(seq.blocks[0])
         if target > have:
             need = target - have
@@ -181,7 +181,7 @@ class KVCacheManagerV1(BaseKVCacheManager):
 
     def _dummy_blocks(self, token_num: int, is_gen: bool, reserve: int) -> list[int]:
         tokens = token_num + self.num_extra_kv_tokens + (reserve if is_gen else 0)
-        return [ceil_div(tokens, self.tokens_per_block)] * len(self.pools)
+        return [self.policy.v1_blocks_for_tokens(tokens, self.tokens_per_block)] * len(self.pools)
 
     def _place_dummy(self, request_id, token_num: int, is_gen: bool, reserve: int) -> bool:
         tokens = token_num + self.num_extra_kv_tokens + (reserve if is_gen else 0)
@@ -214,6 +214,12 @@ class V1Decisions(Decisions):
           "calculate_max_num_blocks floors max_tokens // tokens_per_block")
     def v1_blocks_for_max_tokens(max_tokens: int, tpb: int) -> int:
         return max_tokens // tpb
+
+    @rule("V1's blocks for a request of n token slots: ceil(n / tokens_per_block), no more (transformers 5.17's "
+          "scheduler asked ((n + 1) // page) + 1, a block too many when n is a multiple of the page or one short of "
+          "it; its allocators count ceil since PR #47809)")
+    def v1_blocks_for_tokens(tokens: int, tpb: int) -> int:
+        return ceil_div(tokens, tpb)
 
     rewind_to_front = setting(
         True, "whether a rewound block goes to the front of its queue (removeToken -> releaseLastBlock(toFront=true)), "
