@@ -76,14 +76,14 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 lane=$(python3 -c "import torch; print('l0_h200' if 'H200' in torch.cuda.get_device_name() else 'l0_h100')" 2>/dev/null) || {
   echo "gpu_lane: no CUDA device (torch.cuda.get_device_name() failed or torch is missing); the GPU lane runs on an H100 or H200" >&2; exit 2; }
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
-record=$out/durations-$lane-$term-${2%%/*}.json
-[ ${#split[@]} -gt 0 ] || record=$out/durations-$lane-$term-1.json
+part=${2:-1/1}   # K of K/N, or the whole stage as part 1 (set -u: an absent $2 must not be read bare)
+record=$out/durations-$lane-$term-${part%%/*}.json
 base=ci/durations/$lane-$term.json
 if [ -f "$base" ]; then cp "$base" "$record"; else echo '{}' > "$record"; fi
 echo "== $lane $term (gpu_$stage) ${2:-whole} at ${SECONDS} s"
 gpu_only=()
 [ "$stage" = models ] && gpu_only=(--kvcm-gpu-only)   # the interpreter and CPU forms of post-merge run on the CPU lane
-timeout -s INT "$deadline" python3 -m pytest -p pytest_kvcm.plugin --kvcm-lane="$lane" --kvcm-stage="$term" \
+timeout -s INT "$deadline" python3 -m pytest --rootdir "$PWD" -p pytest_kvcm.plugin --kvcm-lane="$lane" --kvcm-stage="$term" \
   --kvcm-version=both "${gpu_only[@]}" "${split[@]}" --durations-path "$record" --store-durations --clean-durations \
   -q -ra -p no:randomly > "$out/lane-$stage.log" 2>&1
 status=$?

@@ -6,7 +6,8 @@
 #   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 #
 # What they unlock in `pytest --kvcm-lane=l0_h200`: the project itself (pydantic validates its configs), the
-# GSM8K accuracy gates and the data-set tests (datasets), the GGUF model loader (gguf) and, with
+# GSM8K accuracy gates and the data-set tests (datasets), the GGUF model loader (gguf), the lane's stage files
+# (pytest-split: ci/gpu_lane.sh passes its options on every run) and, with
 # GPU_WHEELS=all, the dashboard test (selenium, ~12 MiB; it still needs a browser, see ci/install_browser.sh).
 # Only what the image lacks is carried: its pyarrow, pandas, fsspec, xxhash, huggingface-hub,
 # requests, certifi, urllib3, attrs, h11 and the rest of datasets' and selenium's needs are already there
@@ -21,6 +22,7 @@ dest=${2:-.whl}
 WHEELS=(
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
   datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+  pytest-split==0.11.0
   gguf==0.19.0
 )
 if [ "${GPU_WHEELS:-core}" = all ]; then

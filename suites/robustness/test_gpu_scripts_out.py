@@ -56,3 +56,34 @@ def test_the_figures_lane_part_names_a_stage_the_lane_runs(tmp_path):
     proc = _run("gpu_lane.sh", [stage], tmp_path / "o", unset=("KVCM_SMOLLM2_GGUF",))   # never a staged model run
     assert "unknown stage" not in proc.stderr, proc.stderr
     assert proc.returncode != 0   # here: no staged SmolLM2 (models) or no GPU (smoke), said in one line
+
+
+def test_the_lane_reaches_pytest_on_a_machine_that_reports_a_gpu(tmp_path):
+    """Past the GPU check nothing ran here (this machine has none), so three faults met first on an H100: ``$2``
+    read bare under ``set -u`` when no K/N part is given ("2: unbound variable"), pytest's rootdir taken from the
+    durations path when OUT lies outside the checkout ("no lane file ci/l0_h100.yml"), and the split options with
+    pytest-split missing. torch is told it runs on an H100 (``sitecustomize``); the lane's GPU tests are not
+    selected on a CPU, so the stage ends at pytest's summary in seconds."""
+    fake = tmp_path / "fake_gpu"
+    fake.mkdir()
+    (fake / "sitecustomize.py").write_text(
+        "import torch\ntorch.cuda.get_device_name = lambda *a, **k: 'NVIDIA H100 80GB HBM3'\n")
+    out = tmp_path / "outside" / "lane"
+    env = {**os.environ, "OUT": str(out), "DEADLINE_S": "120", "PYTHONPATH": str(fake)}
+    proc = subprocess.run(["bash", str(ROOT / "ci" / "gpu_lane.sh"), "smoke"], env=env, capture_output=True,
+                          text=True, timeout=180, cwd=ROOT)
+    said = proc.stdout + proc.stderr
+    assert "unbound variable" not in said and "== l0_h100 pre_merge (gpu_smoke) whole" in said, said
+    log = (out / "lane-smoke.log").read_text()
+    assert "no lane file" not in log and "unrecognized arguments" not in log, log
+    assert re.search(r"(no tests ran|passed|skipped) in [\d.]+s", log), log
+    assert (out / "durations-l0_h100-pre_merge-1.json").is_file()
+
+
+def test_the_device_wheels_carry_the_split_plugin_the_lane_asks_for():
+    """The lane passes pytest-split's options on every run; the GPU machine has no registry, so the wheel must be
+    among those ``ci/gpu_wheels.sh`` stages, at the version the test extra pins (it was not: "unrecognized
+    arguments: --durations-path" on the H100)."""
+    pinned = re.search(r'"pytest-split==([\d.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert "--durations-path" in (ROOT / "ci" / "gpu_lane.sh").read_text()
+    assert f"pytest-split=={pinned}" in (ROOT / "ci" / "gpu_wheels.sh").read_text()
