@@ -11,7 +11,8 @@ asks for. Relies on internal API (pinned by ``pytest_kvcm/contract/test_target_a
 
 from __future__ import annotations
 
-from .contract import KVCacheTarget, PoolSpec
+from .contract import PoolSpec
+from .hf_target import HfRequests, model_config
 
 BLOCK_COUNT_FINDING = (
     "transformers 5.17.0 scheduler.py Scheduler._allocate_blocks_if_needed asks for ((n - room + 1) // page) + 1 "
@@ -20,7 +21,7 @@ BLOCK_COUNT_FINDING = (
     "count ceil(total / page)")
 
 
-class HfBlocksTarget(KVCacheTarget):
+class HfBlocksTarget(HfRequests):
     name = "hf"
     window_is_ring = True
     differences = {
@@ -36,8 +37,6 @@ class HfBlocksTarget(KVCacheTarget):
         transformers, CBConfig, PagedAttentionCache, DistributedHelper, self._RequestState, FIFOScheduler = hf
         import torch
 
-        from .hf_target import model_config
-
         cb = CBConfig(block_size=spec.page_size, num_blocks=spec.num_pages, max_batch_tokens=64,
                       allow_block_sharing=False, max_memory_percent=0.9)
         self.cache = PagedAttentionCache(model_config(spec), cb, "cpu", DistributedHelper(None, 300.0), {},
@@ -52,24 +51,8 @@ class HfBlocksTarget(KVCacheTarget):
     def free_pages(self) -> int:
         return self.cache.get_num_free_blocks()
 
-    def held_pages(self, rid):
-        out = {"full": len(self.full.block_table.get(rid, []))}
-        if self.window is not None:
-            out["window"] = len(self.window.block_table.get(rid, []))
-        return out
-
-    def _allocate(self, rid, num_tokens, lookahead):
-        state = self._RequestState(rid, [1] * num_tokens)
-        state.position_offset = 0
-        if not self.scheduler._allocate_blocks_if_needed(state, num_tokens + lookahead):
-            return False
-        self._states[rid] = state
-        return True
-
-    def _grow(self, rid, have, num_tokens, lookahead):
-        state = self._states[rid]
-        state.position_offset = have
-        return self.scheduler._allocate_blocks_if_needed(state, num_tokens + lookahead)
+    def _store(self, state, num_tokens) -> bool:
+        return self.scheduler._allocate_blocks_if_needed(state, num_tokens)
 
     def _free(self, rid):
         self.cache.free_blocks(rid)

@@ -89,7 +89,35 @@ def model_config(spec: PoolSpec):
                                      layer_types=["full_attention", "sliding_attention"], **kw)
 
 
-class HfPagedTarget(KVCacheTarget):
+class HfRequests(KVCacheTarget):
+    """What both transformers adapters share: a ``RequestState`` a request, its position the tokens computed, and
+    each allocation or growth one call that stores ``n`` more tokens (``_store``, the release's own), all or nothing.
+    Subclasses set ``self.full``, ``self.window`` (allocators with a ``block_table``) and ``self._RequestState``."""
+
+    def held_pages(self, rid):
+        out = {"full": len(self.full.block_table.get(rid, []))}
+        if self.window is not None:
+            out["window"] = len(self.window.block_table.get(rid, []))
+        return out
+
+    def _store(self, state, num_tokens) -> bool:
+        raise NotImplementedError
+
+    def _allocate(self, rid, num_tokens, lookahead):
+        state = self._RequestState(rid, [1] * num_tokens)
+        state.position_offset = 0
+        if not self._store(state, num_tokens + lookahead):
+            return False
+        self._states[rid] = state
+        return True
+
+    def _grow(self, rid, have, num_tokens, lookahead):
+        state = self._states[rid]
+        state.position_offset = have
+        return self._store(state, num_tokens + lookahead)
+
+
+class HfPagedTarget(HfRequests):
     name = "hf"
     window_is_ring = True
     differences = {
@@ -117,24 +145,8 @@ class HfPagedTarget(KVCacheTarget):
         pool = self.cache.pool
         return pool.num_free_sectors * self.full.blocks_per_sector + pool.count_free_blocks(self.full.index)
 
-    def held_pages(self, rid):
-        out = {"full": len(self.full.block_table.get(rid, []))}
-        if self.window is not None:
-            out["window"] = len(self.window.block_table.get(rid, []))
-        return out
-
-    def _allocate(self, rid, num_tokens, lookahead):
-        state = self._RequestState(rid, [1] * num_tokens)
-        state.position_offset = 0
-        if not self.cache.can_store_request_tokens(state, num_tokens + lookahead):
-            return False
-        self._states[rid] = state
-        return True
-
-    def _grow(self, rid, have, num_tokens, lookahead):
-        state = self._states[rid]
-        state.position_offset = have
-        return self.cache.can_store_request_tokens(state, num_tokens + lookahead)
+    def _store(self, state, num_tokens) -> bool:
+        return self.cache.can_store_request_tokens(state, num_tokens)
 
     def _free(self, rid):
         self.cache.free_blocks(rid, no_cache=True)
