@@ -190,3 +190,15 @@ def test_plan_json_gives_tensorrt_llms_estimation_tokens(capsys, model, expected
     out = json.loads(capsys.readouterr().out)
     v2 = [m for m in out["managers"] if m["kvcm_version"] == "v2"][0]
     assert v2["trtllm_estimation_max_tokens"] == expected
+
+
+def test_every_lazy_public_name_is_one_static_tools_see():
+    """``kvcm``'s public names load on first use (``_EXPORTS``); the ``TYPE_CHECKING`` imports are the same names as
+    type checkers and IDEs see them. The two lists are kept by hand: ``TokenRangeRetentionConfig`` was public and
+    missing from the second."""
+    import ast
+
+    tree = ast.parse(Path(kvcm.__file__).read_text())
+    static = next(node for node in tree.body if isinstance(node, ast.If))
+    seen = {alias.asname or alias.name for imp in static.body for alias in imp.names}
+    assert seen == set(kvcm._EXPORTS) == set(kvcm.__all__)
