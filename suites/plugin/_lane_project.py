@@ -1,4 +1,5 @@
-"""A small project for the lane tests: suites/a, suites/b and a ci/ dir, run by an inner pytest session.
+"""A small project for the lane tests: suites/a, suites/b and a ci/ dir, run by an inner pytest session (the
+``project`` fixture that writes it is in this directory's conftest.py).
 
 Most lane tests drive a real inner pytest session (``pytester``) over this project, with the machine simulated
 through ``--kvcm-machine``; only ISOLATION needs real subprocesses.
@@ -7,7 +8,6 @@ through ``--kvcm-machine``; only ISOLATION needs real subprocesses.
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
@@ -26,22 +26,6 @@ TESTS_B = """
     def test_three(): pass
     def test_four(): pass
 """
-
-
-@pytest.fixture
-def project(pytester: pytest.Pytester):
-    """A rootdir with suites/a/test_a.py, suites/b/test_b.py and a ci/ dir; returns a lane writer."""
-    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
-    pytester.mkdir("suites")
-    for name, body in (("a", TESTS_A), ("b", TESTS_B)):
-        pytester.mkdir(f"suites/{name}")
-        (pytester.path / f"suites/{name}/test_{name}.py").write_text(textwrap.dedent(body))
-    pytester.mkdir("ci")
-
-    def write_lane(name: str, body: str) -> None:
-        (pytester.path / "ci" / f"{name}.yml").write_text(textwrap.dedent(body))
-
-    return write_lane
 
 
 def run(pytester: pytest.Pytester, *args: str, machine: str = CPU) -> pytest.RunResult:

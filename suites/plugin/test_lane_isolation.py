@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from _lane_project import order_of, project, run  # noqa: F401  (project is a fixture)
+from _lane_project import order_of, run
 
 
 # ---------------------------------------------------------------- ISOLATION (real subprocesses)

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from _lane_project import CPU, H100, H200, order_of, project, run  # noqa: F401  (project is a fixture)
+from _lane_project import CPU, H100, H200, order_of, run
 
 
 # ---------------------------------------------------------------- selection, order, collection
