@@ -128,10 +128,12 @@ class KVCacheManagerV2(BaseKVCacheManager):
                 pool.release(release)
             else:
                 self._reuse.release(g, release)
+            unlist = self.policy.stale_pages_unlisted
             for i in stale:
                 if blocks[i] >= 0:
                     self.stale_released[g] += 1
-                blocks[i] = -1
+                if unlist:
+                    blocks[i] = -1
             del blocks[target:]
             fresh = iter(pool.allocate(len(grow)))
             blocks.extend(-1 if lo <= i < hi else next(fresh) for i in range(len(blocks), target))
@@ -325,6 +327,12 @@ class V2Decisions(Decisions):
     generic_v2_context_counts_extra = setting(
         True, "whether generic V2's context (chunked-prefill) floor counts the extra KV tokens: max_num_tokens + E "
         "(TensorRT-LLM PR #16173: the DSV4 context constraint was sized without num_extra_kv_tokens)")
+
+    stale_pages_unlisted = setting(
+        True, "whether a page the sliding window released leaves the request's block table (-1): kept listed, the "
+        "request's release frees it a second time and its store files it as a cached block, though the pool may "
+        "already have handed it to another request (SGLang PR #31486: PureSWARadixCache re-inserted window-evicted "
+        "KV at cache_finished_req, a stale-KV hit and a double free)")
 
     pool_ratio_keeps_v4_floors = setting(
         False, "whether an explicit kv_cache_config.pool_ratio keeps DeepSeek-V4's constraint floors (those with its "

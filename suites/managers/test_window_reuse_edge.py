@@ -170,3 +170,24 @@ def test_refused_dummy_batch_evicts_no_cached_block(version):
     check_books(mgr)
     assert mgr.add_dummy_requests(["w0"], token_nums=[1], is_gen=True) is not None   # one fits, evicting one
     all_free_after_reset(mgr)
+
+
+def test_a_page_the_window_released_is_neither_freed_again_nor_cached():
+    """SGLang PR #31486's shape: a request decodes past its window, so its oldest window-group pages go back to the
+    pool mid-request; at its release they must not be freed a second time or stored as cached blocks (the pool may
+    already have given them to another request: a cache hit on someone else's KV, then a double free)."""
+    mgr = _manager("v2")
+    prompt = [37, 5, 17, 8, 32, 23, 19, 4]
+    assert _prefill(mgr, "a", prompt, 11)
+    for token in range(12, 24):             # decode to 20 tokens: the window of 8 leaves the first blocks behind
+        assert _call(mgr, mgr.begin_generation, "a")
+        assert _call(mgr, mgr.end_generation, "a", mgr.get_history("a") + 2)
+        assert _call(mgr, mgr.append_tokens, "a", [token])
+    window = mgr.group_of_layer(0)
+    table = mgr.block_table("a")[window]
+    assert table[:3] == [-1, -1, -1], f"blocks the window slid past are still listed: {table}"
+    assert _call(mgr, mgr.free_resources, "a")
+    cached = mgr.count_reusable_blocks(prompt + list(range(11, 24)))
+    # the prompt's two blocks lost their window-group pages mid-request, so no block of it is whole in the cache
+    assert cached == 0, f"{cached} blocks reused, though the window group's pages of them were released"
+    all_free_after_reset(mgr)
