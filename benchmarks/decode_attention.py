@@ -8,7 +8,7 @@ this times every pair in one run, SmolLM2-135M's attention shape (9 query heads,
 32-token pages, each KV length the same for every row:
 
     python benchmarks/decode_attention.py [--batches 1 8 64 256] [--kv-lens 256 1400 4096]
-                                          [--split-lens 0 64 128 256 512]
+                                          [--split-lens 0 64 128 256 512 | --pipelined]
 
 prints, per (batch, KV length), each ``split_len``'s time per call (CUDA events over ``--iters`` calls in a
 graph-free loop, after a warm-up) and its ratio to the unsplit kernel; outputs are checked equal to the unsplit
@@ -83,15 +83,20 @@ def main(argv=None) -> int:
     ap.add_argument("--kv-lens", type=int, nargs="+", default=[256, 1400, 4096])
     ap.add_argument("--split-lens", type=int, nargs="+", default=[0, 64, 128, 256, 512])
     ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--pipelined", action="store_true",
+                    help="time the plain key loop against the software-pipelined one (pipelined=False, True), "
+                         "keys whole, instead of the split lengths")
     args = ap.parse_args(argv)
     bad = [s for s in args.split_lens if s < 0 or s % triton_attention.TILE_N]
     if bad:
         ap.error(f"--split-lens {bad[0]}: must be 0 or a positive multiple of {triton_attention.TILE_N}")
     args.split_lens = sorted(set(args.split_lens) | {0})      # 0 first: the others' ratios are to it
-    header("decode_attention.py", "decode call", f"{'batch':>6} {'kv_len':>7}", "split", args.split_lens)
+    keyword, label, values = ("pipelined", "pipelined", [False, True]) if args.pipelined else \
+        ("split_len", "split", args.split_lens)
+    header("decode_attention.py", "decode call", f"{'batch':>6} {'kv_len':>7}", label, values)
     for batch in args.batches:
         for kv_len in args.kv_lens:
-            cells = timed_cells(case(batch, kv_len, "cuda"), "split_len", args.split_lens, args.iters)
+            cells = timed_cells(case(batch, kv_len, "cuda"), keyword, values, args.iters)
             print(f"{batch:>6} {kv_len:>7} " + " ".join(f"{c:>18}" for c in cells))
     return 0
 

@@ -24,6 +24,9 @@
 #   breakdown   benchmarks/step_breakdown.py (SmolLM2-135M's shape, random weights, bf16, batch 256): a full-batch
 #               decode step and a mixed step kernel class by kernel class, with the fused layers and without;
 #               no weights and no GSM8K
+#   pipelined   the attention kernel's key loop software-pipelined against the plain one: benchmarks/decode_attention.py
+#               --pipelined (batch x KV length, outputs checked equal) and benchmarks/step_breakdown.py --pipelined-keys
+#               (the step of `breakdown`, fused layers, with it on); no weights and no GSM8K
 #   hosttier    benchmarks/host_tier.py (SmolLM2-135M's shape, random weights, bf16, graphs): the host tier against
 #               recomputing, V1 and V2, with and without the tier, where the prefixes do not fit the GPU pool;
 #               HOST_PREFIXES (default 32) prefixes of 2,048-4,096 tokens; no weights and no GSM8K
@@ -47,7 +50,7 @@ parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(throughput lane spec drift)   # gemma runs only when named (its model is staged apart)
 for part in "${parts[@]}"; do
   case $part in
-    kernels|breakdown|hosttier) ;;
+    kernels|breakdown|hosttier|pipelined) ;;
     gemma) : "${KVCM_GSM8K_DIR:?set it}" "${KVCM_GEMMA3_GGUF:?set it (ci/gemma_stage.sh setup.sh does)}" ;;
     *) : "${KVCM_GSM8K_DIR:?set it}" "${KVCM_SMOLLM2_GGUF:?set it (gpu-stage setup.sh does)}" ;;
   esac
@@ -86,6 +89,11 @@ for part in "${parts[@]}"; do
         timeout $(( budget / 2 )) python3 benchmarks/step_breakdown.py $fused --json "$out/breakdown${fused:+-unfused}.json" \
           2>&1 | quiet | tee "$out/breakdown${fused:+-unfused}.log"
       done ;;
+    pipelined)
+      timeout $(( budget / 2 )) python3 benchmarks/decode_attention.py --pipelined --batches 1 8 64 256 \
+        --kv-lens 221 1400 4096 2>&1 | quiet | tee "$out/pipelined-kernel.log"
+      timeout $(( budget / 2 )) python3 benchmarks/step_breakdown.py --pipelined-keys --json "$out/breakdown-pipelined.json" \
+        2>&1 | quiet | tee "$out/breakdown-pipelined.log" ;;
     hosttier)
       timeout "$budget" python3 benchmarks/host_tier.py --prefixes "${HOST_PREFIXES:-32}" --json "$out/host_tier.json" \
         2>&1 | quiet | tee "$out/host_tier.log" ;;

@@ -40,10 +40,12 @@ class KernelOptions:
     """How the Triton kernel tiles a step, one bundle from ``LLM`` to every cache's runner (the torch reference
     ignores it): ``decode_split_len`` splits a decode-only step's keys into shares of that many positions (0:
     whole), ``prefill_block_m`` is the query rows a program on every other step (None: the least tile);
-    ``fused_layers`` runs a Llama-family body in nine launches a layer (``fused_layers.py``) where it applies."""
+    ``fused_layers`` runs a Llama-family body in nine launches a layer (``fused_layers.py``) where it applies;
+    ``pipelined_keys`` runs the kernel's key loop software-pipelined (``triton_attention.paged_attention``)."""
     decode_split_len: int = 0
     prefill_block_m: int | None = None
     fused_layers: bool = True
+    pipelined_keys: bool = False
 
 
 @dataclass
@@ -70,6 +72,7 @@ class AttentionContext:
     use_kernel: bool = False           # Triton kernels (CUDA) rather than the torch reference
     split_len: int = 0                 # the kernel reads each query block's keys in shares of this many (0: whole)
     block_m: int | None = None         # the kernel's query rows a program (None: its least tile)
+    pipelined: bool = False            # the kernel's key loop software-pipelined (triton_attention.paged_attention)
     positions: torch.Tensor | None = None    # [T] long: each packed token's position (Llama 4's query scale)
     cache: dict = field(default_factory=dict)     # masks shared by the layers of a group
 
@@ -212,7 +215,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         out = triton_attention.paged_attention(q, kv, meta.block_table, ctx.seq_lens, ctx.query_start,
                                                scale=scale, window=attention.window, chunk=attention.chunk_tokens,
                                                tpb=ctx.tokens_per_block,
-                                               split_len=ctx.split_len, block_m=ctx.block_m)
+                                               split_len=ctx.split_len, block_m=ctx.block_m,
+                                               pipelined=ctx.pipelined)
     else:
         kv[:, 0].index_put_((meta.slot_block, meta.slot_offset), k_new.to(kv.dtype))
         kv[:, 1].index_put_((meta.slot_block, meta.slot_offset), v_new.to(kv.dtype))

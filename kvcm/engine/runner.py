@@ -110,7 +110,8 @@ class ModelRunner:
                                 num_uniform=filled.num_uniform, uniform_q_len=filled.uniform_q_len,
                                 use_kernel=self.use_kernel,
                                 split_len=self.kernel.decode_split_len if decode else 0,
-                                block_m=None if decode else self.kernel.prefill_block_m, positions=d["positions"])
+                                block_m=None if decode else self.kernel.prefill_block_m, positions=d["positions"],
+                                pipelined=self.kernel.pipelined_keys)
 
     # ---- forward ---------------------------------------------------------------------------------------------
     def _trace(self, items: list[StepItem]) -> None:

@@ -31,6 +31,7 @@ except ImportError:  # the torch reference path runs everywhere; these kernels o
     triton = tl = None
 
 TILE_N = 32                      # key positions per inner step (>= 16 for tl.dot)
+PIPELINE_STAGES = 3              # key tiles in flight with ``pipelined``: the compiler's software pipeline depth
 MAX_BLOCK_M = 128                # query rows a program at most (its accumulator: rows x head dim in fp32)
 NO_WINDOW = 1 << 30              # full attention: a window longer than any sequence
 
@@ -112,6 +113,35 @@ if triton is not None:
         return seq, q_first, q_len, pid - (q_first // BLOCK_Q + seq)
 
     @triton.jit
+    def _key_tile(q, kv_ptr, bt_row, start, hi, qpos, q_floor, row_ok, d, d_ok, kvh, scale, window,
+                  s_pb, s_pf, s_pt, s_ph, m_i, l_i, acc,
+                  TPB: tl.constexpr, TILE: tl.constexpr, PRECISION: tl.constexpr, CHUNKED: tl.constexpr):
+        """One tile of TILE key positions from ``start``: its keys and values gathered through the block table,
+        masked (causal, window, chunk), folded into the running softmax (``m_i``, ``l_i``, ``acc``)."""
+        kpos = start + tl.arange(0, TILE)
+        in_range = (kpos < hi) & (kpos >= 0)
+        blk = tl.load(bt_row + kpos // TPB, mask=in_range, other=-1)
+        k_ok = in_range & (blk >= 0)
+        base = tl.where(k_ok, blk, 0) * s_pb + (kpos % TPB) * s_pt + kvh * s_ph
+        kt = tl.load(kv_ptr + base[None, :] + d[:, None], mask=k_ok[None, :] & d_ok[:, None], other=0.0)
+        v = tl.load(kv_ptr + s_pf + base[:, None] + d[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
+        kt = kt.to(q.dtype)        # pages may be kept in another dtype than the model computes in
+        v = v.to(q.dtype)
+        s = tl.dot(q, kt, input_precision=PRECISION) * scale
+        keep = row_ok[:, None] & k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
+        keep = keep & (kpos[None, :] > qpos[:, None] - window)
+        if CHUNKED:
+            keep = keep & (kpos[None, :] >= q_floor[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        return m_new, l_i, acc
+
+    @triton.jit
     def _paged_attention_kernel(q_ptr, kv_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_ptr,
                                 part_m_ptr, part_l_ptr, part_acc_ptr,
                                 num_seqs, scale, window, chunk, split_len,
@@ -119,7 +149,7 @@ if triton is not None:
                                 REP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, TPB: tl.constexpr,
                                 BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE: tl.constexpr,
                                 SPLITS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                                CHUNKED: tl.constexpr):
+                                CHUNKED: tl.constexpr, PIPELINED: tl.constexpr, STAGES: tl.constexpr):
         pid = tl.program_id(0)
         kvh = tl.program_id(1)
         seq, q_first, q_len, local = _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q)
@@ -154,31 +184,20 @@ if triton is not None:
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
         bt_row = block_table_ptr + seq * s_bt
-        start = lo
-        while start < hi:   # (a while loop: the interpreter cannot index a range by loaded bounds)
-            kpos = start + tl.arange(0, TILE)
-            in_range = (kpos < hi) & (kpos >= 0)
-            blk = tl.load(bt_row + kpos // TPB, mask=in_range, other=-1)
-            k_ok = in_range & (blk >= 0)
-            base = tl.where(k_ok, blk, 0) * s_pb + (kpos % TPB) * s_pt + kvh * s_ph
-            kt = tl.load(kv_ptr + base[None, :] + d[:, None], mask=k_ok[None, :] & d_ok[:, None], other=0.0)
-            v = tl.load(kv_ptr + s_pf + base[:, None] + d[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
-            kt = kt.to(q.dtype)        # pages may be kept in another dtype than the model computes in
-            v = v.to(q.dtype)
-            s = tl.dot(q, kt, input_precision=PRECISION) * scale
-            keep = row_ok[:, None] & k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
-            keep = keep & (kpos[None, :] > qpos[:, None] - window)
-            if CHUNKED:
-                keep = keep & (kpos[None, :] >= q_floor[:, None])
-            s = tl.where(keep, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.exp(s - m_safe[:, None])
-            alpha = tl.exp(m_i - m_safe)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            m_i = m_new
-            start += TILE
+        if not CHUNKED:
+            q_floor = qpos       # read only by a chunked layer's mask
+        if PIPELINED:       # compiled: a range, which the compiler software-pipelines (loads issued stages ahead)
+            for start in tl.range(lo, hi, TILE, num_stages=STAGES):
+                m_i, l_i, acc = _key_tile(q, kv_ptr, bt_row, start, hi, qpos, q_floor, row_ok, d, d_ok, kvh, scale,
+                                          window, s_pb, s_pf, s_pt, s_ph, m_i, l_i, acc,
+                                          TPB, TILE, PRECISION, CHUNKED)
+        else:               # the interpreter cannot iterate a range by loaded bounds
+            start = lo
+            while start < hi:
+                m_i, l_i, acc = _key_tile(q, kv_ptr, bt_row, start, hi, qpos, q_floor, row_ok, d, d_ok, kvh, scale,
+                                          window, s_pb, s_pf, s_pt, s_ph, m_i, l_i, acc,
+                                          TPB, TILE, PRECISION, CHUNKED)
+                start += TILE
         if SPLITS > 1:      # the partial softmax of this share, for _combine_splits_kernel
             part = ((pid * tl.num_programs(1) + kvh) * SPLITS + tl.program_id(2)) * BLOCK_M + m
             tl.store(part_m_ptr + part, m_i)
@@ -241,7 +260,8 @@ def num_splits(width: int, tpb: int, split_len: int) -> int:
 
 def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                     query_start: torch.Tensor, *, scale: float, window: int | None, tpb: int,
-                    split_len: int = 0, block_m: int | None = None, chunk: int | None = None) -> torch.Tensor:
+                    split_len: int = 0, block_m: int | None = None, chunk: int | None = None,
+                    pipelined: bool = False) -> torch.Tensor:
     """``q`` ``[T, H, D]`` (last dim dense) -> ``[T, H, D]`` over the pages ``kv`` (layout as ``store_kv``).
 
     ``block_table`` ``[S, W]`` (-1 = no page), ``seq_lens`` ``[S]`` KV lengths after this step's tokens,
@@ -258,6 +278,12 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
 
     ``block_m`` (``tile_shape``): the rows of a program's query tile. With SmolLM2's 3 query heads a KV head, the
     least tile (16 rows) covers 5 query tokens, so a prefill chunk reads each key tile once per 5 of its tokens.
+
+    ``pipelined`` (compiled kernels only; the interpreter runs the plain loop): the key loop as a ``range`` the
+    compiler software-pipelines, ``PIPELINE_STAGES`` tiles' loads in flight, where the plain loop (a ``while``, which
+    the interpreter needs) waits for each tile's gather. Same tiles in the same order, so the same arithmetic. Off by
+    default until measured on a GPU (``benchmarks/decode_attention.py --pipelined``): compiled for sm_90 it issues
+    its loads as ``cp.async`` (``suites/engine/test_kernel_pipelining.py``), the plain loop as none.
     """
     t, heads, d = q.shape
     kvh = kv.shape[3]
@@ -287,7 +313,8 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), block_table.stride(0),
         REP=heads // kvh, D=d, D_PAD=d_pad, TPB=tpb, BLOCK_M=block_m, BLOCK_Q=block_q, TILE=TILE_N,
-        SPLITS=splits, PRECISION=precision, UPCAST=upcast, CHUNKED=chunk is not None, num_warps=4)
+        SPLITS=splits, PRECISION=precision, UPCAST=upcast, CHUNKED=chunk is not None,
+        PIPELINED=pipelined and not interpreted(), STAGES=PIPELINE_STAGES, num_warps=4)
     if splits > 1:
         _combine_splits_kernel[(programs, kvh)](part_m, part_l, part_acc, out, query_start, num_seqs,
                                                 out.stride(0), out.stride(1), REP=heads // kvh, D=d, D_PAD=d_pad,

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from kvcm.engine import fused, fused_layers, triton_attention
+from _ptx import ptx, recording
 
 pytestmark = pytest.mark.skipif(triton_attention.triton is None, reason="Triton is not installed (pip install triton)")
 
@@ -47,12 +48,7 @@ def _call_every_wrapper(dtype):
 @pytest.fixture
 def launches(monkeypatch):
     """(name, kernel, args, kwargs) of every launch while the fixture lives; nothing runs."""
-    seen = []
-    for name, kernel in _kernels().items():
-        def record(*args, grid, warmup=False, name=name, kernel=kernel, **kwargs):
-            seen.append((name, kernel, args, kwargs))
-        monkeypatch.setattr(kernel, "run", record)
-    return seen
+    return recording(monkeypatch, _kernels())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -63,27 +59,6 @@ def test_every_fused_kernel_is_launched_without_fp_fusion(launches, dtype):
         assert kwargs.get("enable_fp_fusion") is False, f"{name} launched with {kwargs}"
 
 
-def _ptx(kernel, args, kwargs) -> str:
-    """The PTX Triton makes of one launch for an H100 (sm_90), with the launch's own options."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.runtime.jit import mangle_type
-
-    bound = dict(zip(kernel.arg_names, args))
-    bound.update({k: v for k, v in kwargs.items() if k in kernel.arg_names})
-    options = {k: v for k, v in kwargs.items() if k not in kernel.arg_names}
-    signature, constants = {}, {}
-    for p in kernel.params:
-        value = bound[p.name]
-        if p.is_constexpr:
-            signature[p.name], constants[p.name] = "constexpr", value
-        else:
-            signature[p.name] = mangle_type(value)
-    src = ASTSource(kernel, signature, constants)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_no_fused_kernel_compiles_to_a_fused_multiply_add(launches, dtype):
     """Compiled as launched, no kernel has a floating-point FMA; with contraction on, the rotary kernels (whose
@@ -92,8 +67,8 @@ def test_no_fused_kernel_compiles_to_a_fused_multiply_add(launches, dtype):
         pytest.skip("the interpreter's kernels are not compiled")
     _call_every_wrapper(dtype)
     for name, kernel, args, kwargs in launches:
-        fmas = FMA.findall(_ptx(kernel, args, kwargs))
+        fmas = FMA.findall(ptx(kernel, args, kwargs))
         assert not fmas, f"{name} ({dtype}) compiles to {len(fmas)} fused multiply-adds"
         if name in ("rotary", "rope_store"):
-            contracted = FMA.findall(_ptx(kernel, args, dict(kwargs, enable_fp_fusion=True)))
+            contracted = FMA.findall(ptx(kernel, args, dict(kwargs, enable_fp_fusion=True)))
             assert contracted, f"{name} ({dtype}) with contraction on: expected FMAs, the check would be blind"

@@ -120,6 +120,22 @@ def test_attention_kernel_matches_the_reference(device, heads, kv_heads, dim, tp
     torch.testing.assert_close(out16.double(), ref, atol=3e-2, rtol=3e-2)
 
 
+@pytest.mark.parametrize("heads,kv_heads,dim,tpb,window,chunk", [(9, 3, 64, 32, None, None), (9, 3, 64, 8, 20, None),
+                                                                (4, 2, 16, 8, None, 16)])
+def test_the_pipelined_key_loop_gives_the_plain_loop_s_output_bit_for_bit(device, heads, kv_heads, dim, tpb, window,
+                                                                         chunk):
+    """``pipelined`` (the key loop the compiler software-pipelines, ``test_kernel_pipelining.py``) reads the same
+    tiles in the same order: on a GPU its output equals the plain loop's exactly, whole keys and split, fp32 and
+    bf16. Under the interpreter both are the plain loop."""
+    (q, kv, table, lens, starts, scale), _ = _case(heads, kv_heads, dim, tpb, window, chunk)
+    for dtype in (torch.float32, torch.bfloat16):
+        args = (q.to(device, dtype), kv.to(device, dtype), table.to(device), lens.to(device), starts.to(device))
+        for options in ({}, {"split_len": 32}):
+            plain, piped = (triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, chunk=chunk,
+                                                             pipelined=p, **options).cpu() for p in (False, True))
+            assert torch.equal(plain, piped), (dtype, options)
+
+
 @pytest.mark.parametrize("heads,kv_heads,dim,tpb,chunk", [(4, 2, 16, 8, 16), (9, 3, 64, 8, 12), (2, 2, 32, 16, 40)])
 def test_attention_kernel_masks_a_chunk(device, heads, kv_heads, dim, tpb, chunk):
     """Chunked-local attention (Llama 4): each query reads its own chunk only, chunks of whole pages, of one and
