@@ -17,11 +17,10 @@ import sys
 from . import versions
 from .embedded import embedded_models, load_config, load_spec
 from .plan_checks import check_args
-from .units import ceil_div
+from .units import GiB, ceil_div
 
 DEFAULT_MODEL = "qwen3-0.6b"
 DEFAULT_FREE_GIB = 80.0
-GiB = 2**30
 
 
 def load_model(name: str, option: str = "--model"):

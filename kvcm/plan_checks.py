@@ -8,8 +8,7 @@ the time it takes to read a JSON file, instead of after the managers are built o
 from __future__ import annotations
 
 from .embedded import load_config
-
-GiB = 2**30
+from .units import GiB
 MAX_GIB = float(2**20)
 """The most device memory ``--free-gib`` and ``--max-gpu-total-gib`` take: 1 PiB, over a thousand times any
 accelerator's; past it a typo (``1e12``, ``1e300``) is refused instead of planned (or overflowing)."""

@@ -11,9 +11,7 @@ recomputed; with it, a set that fits GPU + host is recomputed never and copied h
 from __future__ import annotations
 
 from . import versions
-from .units import ceil_div
-
-GiB = 2**30
+from .units import GiB, ceil_div
 
 
 def add_arguments(p) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+GiB = 2**30
+"""Bytes in a gibibyte: ``kvcm plan`` takes memory in GiB, as TensorRT-LLM's and vLLM's options state it."""
+
 
 def ceil_div(a: int, b: int) -> int:
     """``ceil(a / b)`` in integers: the blocks of ``b`` tokens that ``a`` tokens occupy."""
