@@ -22,12 +22,8 @@ BLOCK_COUNT_FINDING = (
 
 
 class HfBlocksTarget(HfRequests):
-    name = "hf"
-    window_is_ring = True
     differences = {
-        "lookahead": "no speculative slots of its own: lookahead is asked for as more tokens of the request",
-        "sliding_window": "a sliding layer keeps a ring of ceil(W / page) blocks and reuses it instead of "
-                          "releasing blocks",
+        **HfRequests.differences,
         "shared_pool": "the full and the sliding-window groups take their blocks from one pool",
     }
     allocation_findings = {"block_count": BLOCK_COUNT_FINDING}
@@ -46,7 +42,6 @@ class HfBlocksTarget(HfRequests):
         self.full = next(m for m in managers if not hasattr(m, "sliding_window"))
         self.window = next((m for m in managers if hasattr(m, "sliding_window")), None)
         self.page_size, self.total_pages = spec.page_size, self.cache.num_blocks
-        self._states = {}
 
     def free_pages(self) -> int:
         return self.cache.get_num_free_blocks()

@@ -94,6 +94,18 @@ class HfRequests(KVCacheTarget):
     each allocation or growth one call that stores ``n`` more tokens (``_store``, the release's own), all or nothing.
     Subclasses set ``self.full``, ``self.window`` (allocators with a ``block_table``) and ``self._RequestState``."""
 
+    name = "hf"
+    window_is_ring = True
+    differences = {
+        "lookahead": "no speculative slots of its own: lookahead is asked for as more tokens of the request",
+        "sliding_window": "a sliding layer keeps a ring of ceil(W / page) pages and reuses it instead of "
+                          "releasing pages",
+    }
+
+    def __init__(self, spec: PoolSpec):
+        super().__init__(spec)
+        self._states = {}      # request id -> its RequestState
+
     def held_pages(self, rid):
         out = {"full": len(self.full.block_table.get(rid, []))}
         if self.window is not None:
@@ -118,12 +130,8 @@ class HfRequests(KVCacheTarget):
 
 
 class HfPagedTarget(HfRequests):
-    name = "hf"
-    window_is_ring = True
     differences = {
-        "lookahead": "no speculative slots of its own: lookahead is asked for as more tokens of the request",
-        "sliding_window": "a sliding layer keeps a ring of ceil(W / page) pages and reuses it instead of "
-                          "releasing pages",
+        **HfRequests.differences,
         "units": "pages come in sectors; free pages = free sectors x pages per sector + the allocator's free pages",
     }
 
@@ -139,7 +147,6 @@ class HfPagedTarget(HfRequests):
         self.full = self.cache.cache_allocators["full_attention"]
         self.window = self.cache.cache_allocators.get("sliding_attention")
         self.page_size, self.total_pages = spec.page_size, self.full.num_blocks
-        self._states = {}
 
     def free_pages(self) -> int:
         pool = self.cache.pool
