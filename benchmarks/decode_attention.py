@@ -8,11 +8,13 @@ this times every pair in one run, SmolLM2-135M's attention shape (9 query heads,
 32-token pages, each KV length the same for every row:
 
     python benchmarks/decode_attention.py [--batches 1 8 64 256] [--kv-lens 256 1400 4096]
-                                          [--split-lens 0 64 128 256 512 | --pipelined]
+                                          [--split-lens 0 64 128 256 512 | --pipelined
+                                           | --variants plain:32:4 pipe:32:4:3 pipe:64:4:3 ...]
 
 prints, per (batch, KV length), each ``split_len``'s time per call (CUDA events over ``--iters`` calls in a
 graph-free loop, after a warm-up) and its ratio to the unsplit kernel; outputs are checked equal to the unsplit
-ones first.
+ones first. ``--variants`` times launch tunings instead, each ``plain|pipe:TILE_N:NUM_WARPS[:STAGES]`` (the first
+is the baseline; ``plain:32:4`` is the engine's default).
 """
 from __future__ import annotations
 
@@ -58,17 +60,31 @@ def header(script: str, what: str, columns: str, label: str, values: list) -> No
         raise SystemExit(f"{script} times the Triton kernel on CUDA; no CUDA device here")
     print(f"{torch.cuda.get_device_name()}: paged attention per {what}, bf16, {HEADS}/{KV_HEADS} heads, {DIM} dims, "
           f"{TPB}-token pages; ms (ratio to {label} {values[0]})")
-    print(columns + " " + " ".join(f"{label + ' ' + str(v):>18}" for v in values))
+    print(columns + " " + " ".join(f"{(label + ' ' + str(v)).strip():>18}" for v in values))
 
 
-def timed_cells(inputs, keyword: str, values: list, iters: int) -> list[str]:
+def variant(text: str) -> dict:
+    """``plain|pipe:TILE_N:NUM_WARPS[:STAGES]`` -> paged_attention's tuning keywords."""
+    kind, *numbers = text.split(":")
+    if kind not in ("plain", "pipe") or not 2 <= len(numbers) <= 3 or not all(n.isdigit() for n in numbers):
+        raise argparse.ArgumentTypeError(f"variant {text!r}: expected plain|pipe:TILE_N:NUM_WARPS[:STAGES], "
+                                         "e.g. pipe:64:4:3")
+    tuning = {"pipelined": kind == "pipe", "tile_n": int(numbers[0]), "num_warps": int(numbers[1])}
+    if len(numbers) == 3:
+        tuning["stages"] = int(numbers[2])
+    return tuning
+
+
+def timed_cells(inputs, keyword: str | None, values: list, iters: int) -> list[str]:
     """The kernel on ``inputs`` (q, pages, table, KV lengths, query starts) with ``keyword`` set to each of
-    ``values``: its output checked against the first value's, its ms per call and its ratio to the first's."""
+    ``values`` (``keyword`` None: each value is a ``variant``'s text): its output checked against the first value's,
+    its ms per call and its ratio to the first's."""
     q, kv, table, lens, starts = inputs
 
     def call(v):
+        keywords = variant(v) if keyword is None else {keyword: v}
         return triton_attention.paged_attention(q, kv, table, lens, starts, scale=DIM ** -0.5, window=None, tpb=TPB,
-                                                **{keyword: v})
+                                                **keywords)
     first = call(values[0])
     times = []
     for v in values:
@@ -86,13 +102,25 @@ def main(argv=None) -> int:
     ap.add_argument("--pipelined", action="store_true",
                     help="time the plain key loop against the software-pipelined one (pipelined=False, True), "
                          "keys whole, instead of the split lengths")
+    ap.add_argument("--variants", nargs="+", metavar="KIND:TILE_N:WARPS[:STAGES]",
+                    help="time these launch tunings (plain|pipe:TILE_N:NUM_WARPS[:STAGES]) against the first, "
+                         "keys whole, instead of the split lengths")
     args = ap.parse_args(argv)
     bad = [s for s in args.split_lens if s < 0 or s % triton_attention.TILE_N]
     if bad:
         ap.error(f"--split-lens {bad[0]}: must be 0 or a positive multiple of {triton_attention.TILE_N}")
     args.split_lens = sorted(set(args.split_lens) | {0})      # 0 first: the others' ratios are to it
-    keyword, label, values = ("pipelined", "pipelined", [False, True]) if args.pipelined else \
-        ("split_len", "split", args.split_lens)
+    if args.variants:
+        for text in args.variants:
+            try:
+                variant(text)
+            except argparse.ArgumentTypeError as e:
+                ap.error(f"--variants: {e}")
+        keyword, label, values = None, "", args.variants
+    elif args.pipelined:
+        keyword, label, values = "pipelined", "pipelined", [False, True]
+    else:
+        keyword, label, values = "split_len", "split", args.split_lens
     header("decode_attention.py", "decode call", f"{'batch':>6} {'kv_len':>7}", label, values)
     for batch in args.batches:
         for kv_len in args.kv_lens:

@@ -261,7 +261,8 @@ def num_splits(width: int, tpb: int, split_len: int) -> int:
 def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                     query_start: torch.Tensor, *, scale: float, window: int | None, tpb: int,
                     split_len: int = 0, block_m: int | None = None, chunk: int | None = None,
-                    pipelined: bool = False) -> torch.Tensor:
+                    pipelined: bool = False, tile_n: int = TILE_N, num_warps: int = 4,
+                    stages: int = PIPELINE_STAGES) -> torch.Tensor:
     """``q`` ``[T, H, D]`` (last dim dense) -> ``[T, H, D]`` over the pages ``kv`` (layout as ``store_kv``).
 
     ``block_table`` ``[S, W]`` (-1 = no page), ``seq_lens`` ``[S]`` KV lengths after this step's tokens,
@@ -284,6 +285,10 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
     the interpreter needs) waits for each tile's gather. Same tiles in the same order, so the same arithmetic. Off by
     default until measured on a GPU (``benchmarks/decode_attention.py --pipelined``): compiled for sm_90 it issues
     its loads as ``cp.async`` (``suites/engine/test_kernel_pipelining.py``), the plain loop as none.
+
+    ``tile_n`` (key positions a tile, a power of two from 16), ``num_warps`` and ``stages`` (tiles in flight when
+    pipelined) are the launch's tuning, here so that ``benchmarks/decode_attention.py --variants`` can time them
+    side by side on a GPU; the engine keeps the defaults.
     """
     t, heads, d = q.shape
     kvh = kv.shape[3]
@@ -291,8 +296,10 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
     num_seqs = block_table.shape[0]
     if t == 0 or num_seqs == 0:
         return out
-    if split_len % TILE_N or split_len < 0:
-        raise ValueError(f"split_len={split_len} must be 0 or a positive multiple of {TILE_N}")
+    if tile_n < 16 or tile_n & (tile_n - 1):
+        raise ValueError(f"tile_n={tile_n} must be a power of two from 16 (tl.dot's least width)")
+    if split_len % tile_n or split_len < 0:
+        raise ValueError(f"split_len={split_len} must be 0 or a positive multiple of {tile_n} (tile_n)")
     block_m, block_q = tile_shape(heads, kvh, block_m)
     d_pad = max(16, _next_pow2(d))
     programs = num_programs(t, num_seqs, block_q)
@@ -312,9 +319,9 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
         int(window or NO_WINDOW), int(chunk or NO_WINDOW), int(split_len),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), block_table.stride(0),
-        REP=heads // kvh, D=d, D_PAD=d_pad, TPB=tpb, BLOCK_M=block_m, BLOCK_Q=block_q, TILE=TILE_N,
+        REP=heads // kvh, D=d, D_PAD=d_pad, TPB=tpb, BLOCK_M=block_m, BLOCK_Q=block_q, TILE=tile_n,
         SPLITS=splits, PRECISION=precision, UPCAST=upcast, CHUNKED=chunk is not None,
-        PIPELINED=pipelined and not interpreted(), STAGES=PIPELINE_STAGES, num_warps=4)
+        PIPELINED=pipelined and not interpreted(), STAGES=stages, num_warps=num_warps)
     if splits > 1:
         _combine_splits_kernel[(programs, kvh)](part_m, part_l, part_acc, out, query_start, num_seqs,
                                                 out.stride(0), out.stride(1), REP=heads // kvh, D=d, D_PAD=d_pad,
