@@ -9,12 +9,13 @@ this times every pair in one run, SmolLM2-135M's attention shape (9 query heads,
 
     python benchmarks/decode_attention.py [--batches 1 8 64 256] [--kv-lens 256 1400 4096]
                                           [--split-lens 0 64 128 256 512 | --pipelined
-                                           | --variants plain:32:4 pipe:32:4:3 pipe:64:4:3 ...]
+                                           | --variants plain:32:4 plain+index:32:4 pipe+index:64:4:3 ...]
 
 prints, per (batch, KV length), each ``split_len``'s time per call (CUDA events over ``--iters`` calls in a
 graph-free loop, after a warm-up) and its ratio to the unsplit kernel; outputs are checked equal to the unsplit
-ones first. ``--variants`` times launch tunings instead, each ``plain|pipe:TILE_N:NUM_WARPS[:STAGES]`` (the first
-is the baseline; ``plain:32:4`` is the engine's default).
+ones first. ``--variants`` times launch tunings instead, each ``plain|pipe[+index]:TILE_N:NUM_WARPS[:STAGES]`` (the
+first is the baseline; ``plain:32:4`` was the engine's kernel before ``decode_rows_by_index``, ``plain+index:32:4``
+is it now).
 """
 from __future__ import annotations
 
@@ -64,12 +65,16 @@ def header(script: str, what: str, columns: str, label: str, values: list) -> No
 
 
 def variant(text: str) -> dict:
-    """``plain|pipe:TILE_N:NUM_WARPS[:STAGES]`` -> paged_attention's tuning keywords."""
+    """``plain|pipe[+index]:TILE_N:NUM_WARPS[:STAGES]`` -> paged_attention's tuning keywords (``+index``: the
+    decode rows taken by index, ``uniform_q_len=1``, instead of searched)."""
     kind, *numbers = text.split(":")
-    if kind not in ("plain", "pipe") or not 2 <= len(numbers) <= 3 or not all(n.isdigit() for n in numbers):
-        raise argparse.ArgumentTypeError(f"variant {text!r}: expected plain|pipe:TILE_N:NUM_WARPS[:STAGES], "
-                                         "e.g. pipe:64:4:3")
-    tuning = {"pipelined": kind == "pipe", "tile_n": int(numbers[0]), "num_warps": int(numbers[1])}
+    loop, _, rows = kind.partition("+")
+    if loop not in ("plain", "pipe") or rows not in ("", "index") or not 2 <= len(numbers) <= 3 \
+            or not all(n.isdigit() for n in numbers):
+        raise argparse.ArgumentTypeError(f"variant {text!r}: expected plain|pipe[+index]:TILE_N:NUM_WARPS[:STAGES], "
+                                         "e.g. pipe+index:64:4:3")
+    tuning = {"pipelined": loop == "pipe", "tile_n": int(numbers[0]), "num_warps": int(numbers[1]),
+              "uniform_q_len": 1 if rows else 0}
     if len(numbers) == 3:
         tuning["stages"] = int(numbers[2])
     return tuning
@@ -103,7 +108,7 @@ def main(argv=None) -> int:
                     help="time the plain key loop against the software-pipelined one (pipelined=False, True), "
                          "keys whole, instead of the split lengths")
     ap.add_argument("--variants", nargs="+", metavar="KIND:TILE_N:WARPS[:STAGES]",
-                    help="time these launch tunings (plain|pipe:TILE_N:NUM_WARPS[:STAGES]) against the first, "
+                    help="time these launch tunings (plain|pipe[+index]:TILE_N:NUM_WARPS[:STAGES]) against the first, "
                          "keys whole, instead of the split lengths")
     args = ap.parse_args(argv)
     bad = [s for s in args.split_lens if s < 0 or s % triton_attention.TILE_N]

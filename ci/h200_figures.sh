@@ -24,10 +24,10 @@
 #   breakdown   benchmarks/step_breakdown.py (SmolLM2-135M's shape, random weights, bf16, batch 256): a full-batch
 #               decode step and a mixed step kernel class by kernel class, with the fused layers and without;
 #               no weights and no GSM8K
-#   pipelined   the attention kernel's key loop software-pipelined against the plain one: benchmarks/decode_attention.py
-#               --variants (tile, warps and pipeline depth, batch x KV length, outputs checked equal), then
-#               benchmarks/step_breakdown.py as it is and with --pipelined-keys (the step of `breakdown`, fused
-#               layers); no weights and no GSM8K
+#   pipelined   the attention kernel's launch tunings side by side: benchmarks/decode_attention.py --variants (key
+#               loop plain or software-pipelined, decode rows searched or by index, tile, warps, pipeline depth;
+#               batch x KV length, outputs checked equal), then benchmarks/step_breakdown.py (the step of `breakdown`,
+#               fused layers) with the rows searched, by index (the default) and pipelined; no weights, no GSM8K
 #   hosttier    benchmarks/host_tier.py (SmolLM2-135M's shape, random weights, bf16, graphs): the host tier against
 #               recomputing, V1 and V2, with and without the tier, where the prefixes do not fit the GPU pool;
 #               HOST_PREFIXES (default 32) prefixes of 2,048-4,096 tokens; no weights and no GSM8K
@@ -91,12 +91,14 @@ for part in "${parts[@]}"; do
           2>&1 | quiet | tee "$out/breakdown${fused:+-unfused}.log"
       done ;;
     pipelined)
-      timeout $(( budget / 2 )) python3 benchmarks/decode_attention.py --batches 64 256 --kv-lens 221 1400 4096 \
-        --variants plain:32:4 pipe:32:4:3 pipe:32:4:2 pipe:64:4:3 pipe:64:8:3 pipe:32:2:3 plain:64:4 pipe:128:8:3 \
-        pipe:64:4:4 2>&1 | quiet | tee "$out/pipelined-kernel.log"
-      for keys in "" --pipelined-keys; do    # the fused step as it is, then with the pipelined key loop
-        timeout $(( budget / 4 )) python3 benchmarks/step_breakdown.py $keys --json "$out/breakdown${keys:+-pipelined}.json" \
-          2>&1 | quiet | tee "$out/breakdown${keys:+-pipelined}.log"
+      timeout $(( budget / 2 )) python3 benchmarks/decode_attention.py --batches 256 64 --kv-lens 221 1400 4096 \
+        --variants plain:32:4 plain+index:32:4 pipe:32:4:3 pipe+index:32:4:3 pipe+index:32:4:2 pipe+index:64:4:3 \
+        pipe+index:64:8:3 pipe+index:32:2:3 plain+index:64:4 pipe+index:128:8:3 pipe+index:64:4:4 pipe+index:16:2:3 \
+        2>&1 | quiet | tee "$out/pipelined-kernel.log"
+      # the fused step with the decode rows searched (as before), taken by index (the default), and pipelined too
+      for opt in --search-decode-rows "" --pipelined-keys; do
+        timeout $(( budget / 6 )) python3 benchmarks/step_breakdown.py $opt --json "$out/breakdown${opt:+-${opt#--}}.json" \
+          2>&1 | quiet | tee "$out/breakdown${opt:+-${opt#--}}.log"
       done ;;
     hosttier)
       timeout "$budget" python3 benchmarks/host_tier.py --prefixes "${HOST_PREFIXES:-32}" --json "$out/host_tier.json" \

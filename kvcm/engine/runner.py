@@ -111,7 +111,8 @@ class ModelRunner:
                                 use_kernel=self.use_kernel,
                                 split_len=self.kernel.decode_split_len if decode else 0,
                                 block_m=None if decode else self.kernel.prefill_block_m, positions=d["positions"],
-                                pipelined=self.kernel.pipelined_keys)
+                                pipelined=self.kernel.pipelined_keys,
+                                decode_q_len=filled.uniform_q_len if decode and self.kernel.decode_rows_by_index else 0)
 
     # ---- forward ---------------------------------------------------------------------------------------------
     def _trace(self, items: list[StepItem]) -> None:

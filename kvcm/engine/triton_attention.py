@@ -113,6 +113,15 @@ if triton is not None:
         return seq, q_first, q_len, pid - (q_first // BLOCK_Q + seq)
 
     @triton.jit
+    def _program_rows(query_start_ptr, pid, num_seqs, BLOCK_Q: tl.constexpr, UNIFORM_Q: tl.constexpr):
+        """``_query_block``, or with ``UNIFORM_Q`` (every sequence has that many queries, at most BLOCK_Q: a decode
+        step's) program ``pid`` is sequence ``pid``'s one block, found without the search's dependent loads."""
+        if UNIFORM_Q > 0:
+            return pid, pid * UNIFORM_Q, UNIFORM_Q, 0
+        else:
+            return _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q)
+
+    @triton.jit
     def _key_tile(q, kv_ptr, bt_row, start, hi, qpos, q_floor, row_ok, d, d_ok, kvh, scale, window,
                   s_pb, s_pf, s_pt, s_ph, m_i, l_i, acc,
                   TPB: tl.constexpr, TILE: tl.constexpr, PRECISION: tl.constexpr, CHUNKED: tl.constexpr):
@@ -149,10 +158,11 @@ if triton is not None:
                                 REP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, TPB: tl.constexpr,
                                 BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE: tl.constexpr,
                                 SPLITS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                                CHUNKED: tl.constexpr, PIPELINED: tl.constexpr, STAGES: tl.constexpr):
+                                CHUNKED: tl.constexpr, PIPELINED: tl.constexpr, STAGES: tl.constexpr,
+                                UNIFORM_Q: tl.constexpr):
         pid = tl.program_id(0)
         kvh = tl.program_id(1)
-        seq, q_first, q_len, local = _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q)
+        seq, q_first, q_len, local = _program_rows(query_start_ptr, pid, num_seqs, BLOCK_Q, UNIFORM_Q)
         if local * BLOCK_Q >= q_len:
             return
         kv_len = tl.load(seq_lens_ptr + seq)
@@ -211,12 +221,12 @@ if triton is not None:
     @triton.jit
     def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, query_start_ptr, num_seqs, s_ot, s_oh,
                                REP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                               BLOCK_Q: tl.constexpr, SPLITS: tl.constexpr):
+                               BLOCK_Q: tl.constexpr, SPLITS: tl.constexpr, UNIFORM_Q: tl.constexpr):
         """One program per query block and KV head: the shares' softmaxes rescaled to their common maximum and
         summed (a share with no key has maximum -inf and weight 0)."""
         pid = tl.program_id(0)
         kvh = tl.program_id(1)
-        seq, q_first, q_len, local = _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q)
+        seq, q_first, q_len, local = _program_rows(query_start_ptr, pid, num_seqs, BLOCK_Q, UNIFORM_Q)
         if local * BLOCK_Q >= q_len:
             return
         m = tl.arange(0, BLOCK_M)
@@ -261,7 +271,7 @@ def num_splits(width: int, tpb: int, split_len: int) -> int:
 def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                     query_start: torch.Tensor, *, scale: float, window: int | None, tpb: int,
                     split_len: int = 0, block_m: int | None = None, chunk: int | None = None,
-                    pipelined: bool = False, tile_n: int = TILE_N, num_warps: int = 4,
+                    pipelined: bool = False, uniform_q_len: int = 0, tile_n: int = TILE_N, num_warps: int = 4,
                     stages: int = PIPELINE_STAGES) -> torch.Tensor:
     """``q`` ``[T, H, D]`` (last dim dense) -> ``[T, H, D]`` over the pages ``kv`` (layout as ``store_kv``).
 
@@ -286,6 +296,11 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
     default until measured on a GPU (``benchmarks/decode_attention.py --pipelined``): compiled for sm_90 it issues
     its loads as ``cp.async`` (``suites/engine/test_kernel_pipelining.py``), the plain loop as none.
 
+    ``uniform_q_len`` (0: not promised): every sequence has exactly this many query rows, ``query_start[s] ==
+    s * uniform_q_len`` (a decode step's rows, a graph's padding rows too). Where that fits one query block, each
+    program takes its sequence by its index instead of a binary search over ``query_start`` (a chain of dependent
+    loads ahead of every program's first key), and the launch has no spare programs.
+
     ``tile_n`` (key positions a tile, a power of two from 16), ``num_warps`` and ``stages`` (tiles in flight when
     pipelined) are the launch's tuning, here so that ``benchmarks/decode_attention.py --variants`` can time them
     side by side on a GPU; the engine keeps the defaults.
@@ -302,7 +317,11 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
         raise ValueError(f"split_len={split_len} must be 0 or a positive multiple of {tile_n} (tile_n)")
     block_m, block_q = tile_shape(heads, kvh, block_m)
     d_pad = max(16, _next_pow2(d))
-    programs = num_programs(t, num_seqs, block_q)
+    if uniform_q_len < 0 or uniform_q_len and uniform_q_len * num_seqs != t:
+        raise ValueError(f"uniform_q_len={uniform_q_len} must be 0 or the {t} query rows over the {num_seqs} "
+                         f"sequences, one share each")
+    uniform = uniform_q_len if 0 < uniform_q_len <= block_q else 0
+    programs = num_seqs if uniform else num_programs(t, num_seqs, block_q)
     splits = num_splits(block_table.shape[1], tpb, split_len)
     if splits > 1:
         part_m = torch.empty(programs * kvh * splits * block_m, dtype=torch.float32, device=q.device)
@@ -321,9 +340,10 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
         kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), block_table.stride(0),
         REP=heads // kvh, D=d, D_PAD=d_pad, TPB=tpb, BLOCK_M=block_m, BLOCK_Q=block_q, TILE=tile_n,
         SPLITS=splits, PRECISION=precision, UPCAST=upcast, CHUNKED=chunk is not None,
-        PIPELINED=pipelined and not interpreted(), STAGES=stages, num_warps=num_warps)
+        PIPELINED=pipelined and not interpreted(), STAGES=stages, UNIFORM_Q=uniform, num_warps=num_warps)
     if splits > 1:
         _combine_splits_kernel[(programs, kvh)](part_m, part_l, part_acc, out, query_start, num_seqs,
                                                 out.stride(0), out.stride(1), REP=heads // kvh, D=d, D_PAD=d_pad,
-                                                BLOCK_M=block_m, BLOCK_Q=block_q, SPLITS=splits, num_warps=4)
+                                                BLOCK_M=block_m, BLOCK_Q=block_q, SPLITS=splits, UNIFORM_Q=uniform,
+                                                num_warps=4)
     return out

@@ -82,12 +82,12 @@ def _reference(q, kv, block_table, seq_lens, query_start, scale, window, tpb, ch
     return out
 
 
-def _case(heads, kv_heads, dim, tpb, window, chunk=None):
+def _case(heads, kv_heads, dim, tpb, window, chunk=None, rows=None):
     """A decode, a speculative verification (5 queries), prefill chunks at 0 and past it, a padding row of KV
-    length 0; released pages (-1) and every page no row holds filled with NaN. Returns the kernel's arguments
-    (q, kv, table, seq_lens, query_start, scale) and the reference output."""
+    length 0 (or ``rows``, (queries, KV length) each); released pages (-1) and every page no row holds filled
+    with NaN. Returns the kernel's arguments (q, kv, table, seq_lens, query_start, scale) and the reference output."""
     g = torch.Generator().manual_seed(heads * tpb)
-    rows = [(1, 37), (5, 21), (13, 13), (7, 50), (1, 3), (9, 0)]        # (queries, KV length)
+    rows = rows or [(1, 37), (5, 21), (13, 13), (7, 50), (1, 3), (9, 0)]
     num_blocks, width = 40, 8
     kv = torch.full((num_blocks, 2, tpb, kv_heads, dim), float("nan"))
     table = torch.full((len(rows), width), -1, dtype=torch.long)
@@ -134,6 +134,25 @@ def test_the_pipelined_key_loop_gives_the_plain_loop_s_output_bit_for_bit(device
             plain, piped = (triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, chunk=chunk,
                                                              pipelined=p, **options).cpu() for p in (False, True))
             assert torch.equal(plain, piped), (dtype, options)
+
+
+@pytest.mark.parametrize("q_len", [1, 3])
+def test_decode_rows_taken_by_index_give_the_searched_output_bit_for_bit(device, q_len):
+    """``uniform_q_len``: on a decode step (every row ``q_len`` queries: a decode, a speculative verification of
+    2 drafts, a graph's padding row at KV length ``q_len``) each program takes its sequence by index instead of
+    searching ``query_start``; the same tiles in the same order, so the same output exactly, whole and split, and
+    the reference's. A promise the rows do not keep is refused."""
+    rows = [(q_len, 37), (q_len, 21), (q_len, 50), (q_len, 3 + q_len), (q_len, q_len)]
+    for heads, kv_heads, dim, tpb, window in [(9, 3, 64, 32, None), (4, 2, 16, 8, 16)]:
+        (q, kv, table, lens, starts, scale), ref = _case(heads, kv_heads, dim, tpb, window, rows=rows)
+        args = (q.to(device), kv.to(device), table.to(device), lens.to(device), starts.to(device))
+        for options in ({}, {"split_len": 32}):
+            searched, direct = (triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb,
+                                                                 uniform_q_len=u, **options).cpu() for u in (0, q_len))
+            assert torch.equal(searched, direct), options
+            torch.testing.assert_close(direct.double(), ref, atol=2e-5, rtol=1e-4)
+        with pytest.raises(ValueError, match=f"uniform_q_len={q_len + 1} must be 0 or the {len(rows) * q_len} query"):
+            triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, uniform_q_len=q_len + 1)
 
 
 @pytest.mark.parametrize("heads,kv_heads,dim,tpb,chunk", [(4, 2, 16, 8, 16), (9, 3, 64, 8, 12), (2, 2, 32, 16, 40)])
