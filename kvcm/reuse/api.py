@@ -136,9 +136,11 @@ class ReuseMixin(TransferMixin, ReuseQueriesMixin):
         if cache is None:
             blocks = [[] for _ in self.layer_groups]
             match = None
+            window_at = 0
         else:
             match = self._find(state, tokens)
-            blocks, loads = self._take(request_id, match, state)
+            window_at = self._window_history(match.length(tpb), state)
+            blocks, loads = self._take(request_id, match, state, window_at)
             state.path = list(match.nodes)
         seq = self._new_seq(request_id)
         seq.blocks = blocks
@@ -150,13 +152,13 @@ class ReuseMixin(TransferMixin, ReuseQueriesMixin):
         if match is not None:
             for group in self.layer_groups:
                 if not group.is_full:
-                    seq.stale_done[group.index] = min(group.stale_range(length)[1], len(blocks[group.index]))
+                    seq.stale_done[group.index] = min(group.stale_range(window_at)[1], len(blocks[group.index]))
         context = ceil_div(len(tokens), tpb)
         matched = 0 if match is None else len(match.nodes) + (match.partial is not None)
         # reused: the blocks the reported group takes (V2 leaves a sliding group's blocks before the window alone;
         # TensorRT-LLM test_swa_context_reuse_stats_skip_stale_prefix_blocks counts 2 of a 16-token hit, window 8)
         group = self.layer_groups[reported]
-        reused = 0 if match is None else (len(match.nodes) - len(self._skipped(group, length, len(match.nodes)))
+        reused = 0 if match is None else (len(match.nodes) - len(self._skipped(group, window_at, len(match.nodes)))
                                           + (match.partial is not None))
         copied = 0 if match is None else int(match.partial is not None and not match.in_place)
         onboarded = 0 if match is None else state.onboarded[reported]
@@ -187,18 +189,17 @@ class ReuseMixin(TransferMixin, ReuseQueriesMixin):
                           self.layer_groups, self._reuse_rules, partial=self.enable_partial_reuse,
                           copy_on_partial_reuse=cfg.copy_on_partial_reuse)
 
-    def _take(self, request_id, match, state: ReuseState) -> tuple[list[list[int]], list[Load]]:
+    def _take(self, request_id, match, state: ReuseState, window_at: int) -> tuple[list[list[int]], list[Load]]:
         """Claim the match's pages (and copy or take over the partial block): checked first, then done. Returns the
         tables and, with ``async_onboard``, the copies from the host tier left in flight (else none: done here).
         The match is claimed before any fresh page is taken (the policy's ``claim_match_first``), so the
         allocation can never evict a block this hit is about to hold."""
         cache, rules, tpb = self._reuse, self._reuse_rules, self.tokens_per_block
-        length = match.length(tpb)
         plans, needs = [], []
         for group, pool in zip(self.layer_groups, self.pools):
             g = group.index
             nodes = match.of_group(g)
-            skipped = self._skipped(group, length, len(nodes))
+            skipped = self._skipped(group, window_at, len(nodes))
             # each block is a GPU page to claim, a host block to bring back, or a fresh page: decided here, once
             plan = [(i, node, "gpu" if node.pages[g] >= 0 else "host" if node.host[g] >= 0 else "fresh")
                     for i, node in enumerate(nodes) if i not in skipped]
@@ -258,6 +259,11 @@ class ReuseMixin(TransferMixin, ReuseQueriesMixin):
                 self._copy_rows(g, source.pages[g], table[-1], match.partial_len)
                 cache.unclaim(source, g)
         return tables, loads
+
+    def _window_history(self, length: int, state: ReuseState) -> int:
+        """The history at which a hit of ``length`` tokens leaves a sliding group's stale blocks alone (the policy's
+        ``match_window_history``): the matched length, where the request's first computed token sits."""
+        return self.policy.match_window_history(length, state.prompt_len)
 
     def _skipped(self, group, length: int, n: int) -> range:
         """The indices below ``n`` of a ``length``-token match that ``group`` leaves alone (the version rules' ``skipped``)."""
@@ -336,6 +342,13 @@ class ReuseApiDecisions(Decisions):
           "keys, so LoRA 'X' and salt 'X' shared a first block and a base-model request read a LoRA's KV)")
     def reuse_scope(lora_task_id, cache_salt) -> tuple:
         return (lora_task_id, cache_salt)
+
+    @rule("the history at which a hit's sliding-window groups leave their stale blocks unclaimed: the matched "
+          "length, where the first computed token sits, so every block its window reads is held (SGLang PR #34870: "
+          "the SWA eviction frontier was sized from the request's token count while an EAGLE bigram key, one entry "
+          "shorter, set the cached boundary; the cached tail kept less than a window of live KV)")
+    def match_window_history(matched_tokens: int, num_tokens: int) -> int:
+        return matched_tokens
 
     claim_match_first = setting(
         True, "whether a hit claims its matched blocks before it takes fresh pages for the rest (TensorRT-LLM "

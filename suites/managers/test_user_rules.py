@@ -63,7 +63,7 @@ def _kept(mgr) -> bytes:
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_a_hit_whose_last_rule_raises_leaves_the_manager_as_it_was(version, monkeypatch):
-    """An admission that matches the cache runs seven rules (V1; V2 ten), the last (``window_first_token``) after
+    """An admission that matches the cache runs eight rules (V1; V2 eleven), the last (``window_first_token``) after
     the match is claimed. Failing at each, the manager is as before; without the undo, the last leaves the
     claim behind (the first check below, run with ``install`` taken out, proves the test can see it)."""
     def admission_failing_at(k):
@@ -86,9 +86,9 @@ def test_a_hit_whose_last_rule_raises_leaves_the_manager_as_it_was(version, monk
 
     with monkeypatch.context() as m:
         m.setattr(kvcm.user_rules, "install", lambda manager: None)
-        undone = [admission_failing_at(k) for k in range(1, 12)]
+        undone = [admission_failing_at(k) for k in range(1, 13)]
     assert False in undone                            # without the undo, a failure leaves the claim behind
-    undone = [admission_failing_at(k) for k in range(1, 12)]
+    undone = [admission_failing_at(k) for k in range(1, 13)]
     assert None in undone and all(u is not False for u in undone), undone
 
 

@@ -191,3 +191,28 @@ def test_a_page_the_window_released_is_neither_freed_again_nor_cached():
     # the prompt's two blocks lost their window-group pages mid-request, so no block of it is whole in the cache
     assert cached == 0, f"{cached} blocks reused, though the window group's pages of them were released"
     all_free_after_reset(mgr)
+
+
+@pytest.mark.parametrize("prompt_len", [9, 10, 11, 12, 13])
+def test_a_hit_holds_every_page_its_first_tokens_window_reads(prompt_len):
+    """SGLang PR #34870's shape: the sliding group's frontier of a hit is the matched length (the first computed
+    token's window), not the prompt's token count, which is one more on a full hit. Sized from the count, at a page
+    edge (11 tokens here: a hit of 10, window 8, 4 tokens a block) the block holding the window's first token was
+    left unclaimed: a cached page nobody holds, free to be evicted and rewritten while the request still reads it."""
+    mgr = _manager("v2")
+    prompt = [37, 5, 17, 8, 32, 23, 19, 4, 9, 6, 2, 14, 3][:prompt_len]
+    assert _prefill(mgr, "a", prompt, 11)
+    assert _call(mgr, mgr.free_resources, "a")
+    hit = mgr.add_sequence("b", prompt)
+    check_books(mgr)
+    assert hit == prompt_len - 1
+    window = mgr.group_of_layer(0)
+    table = mgr.block_table("b")[window]
+    read = range(max(0, hit + 1 - 8) // 4, -(-hit // 4))    # cached tokens [hit + 1 - 8, hit) the token at hit reads
+    missing = [i for i in read if table[i] < 0]
+    assert not missing, f"hit {hit}: blocks {missing} of the window the first computed token reads are not held"
+    assert all(mgr.page_state(window, table[i]) == "HELD" for i in read)
+    n = mgr.get_prepopulated_prompt_len("b")
+    assert _call(mgr, mgr.begin_context_chunk, "b", n, prompt_len - n, prompt_len)
+    assert _call(mgr, mgr.free_resources, "b")
+    all_free_after_reset(mgr)
