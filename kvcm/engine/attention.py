@@ -41,13 +41,13 @@ class KernelOptions:
     ignores it): ``decode_split_len`` splits a decode-only step's keys into shares of that many positions (0:
     whole), ``prefill_block_m`` is the query rows a program on every other step (None: the least tile);
     ``fused_layers`` runs a Llama-family body in nine launches a layer (``fused_layers.py``) where it applies;
-    ``pipelined_keys`` runs the kernel's key loop software-pipelined and ``decode_rows_by_index`` lets a decode step's
-    programs take their rows by index (``triton_attention.paged_attention``'s ``pipelined``, ``uniform_q_len``)."""
+    ``pipelined_keys`` runs the kernel's key loop software-pipelined and ``row_search_once`` has the programs find their
+    rows once a step (``triton_attention.paged_attention``'s ``pipelined``, ``uniform_q_len``, ``program_maps``)."""
     decode_split_len: int = 0
     prefill_block_m: int | None = None
     fused_layers: bool = True
     pipelined_keys: bool = False
-    decode_rows_by_index: bool = True
+    row_search_once: bool = True
 
 
 @dataclass
@@ -76,6 +76,7 @@ class AttentionContext:
     block_m: int | None = None         # the kernel's query rows a program (None: its least tile)
     pipelined: bool = False            # the kernel's key loop software-pipelined (triton_attention.paged_attention)
     decode_q_len: int = 0              # a decode step's queries a row, promised to the kernel (0: none promised)
+    program_maps: dict | None = None   # the kernel's program -> sequence maps, emptied at every forward (None: off)
     positions: torch.Tensor | None = None    # [T] long: each packed token's position (Llama 4's query scale)
     cache: dict = field(default_factory=dict)     # masks shared by the layers of a group
 
@@ -219,7 +220,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                                                scale=scale, window=attention.window, chunk=attention.chunk_tokens,
                                                tpb=ctx.tokens_per_block,
                                                split_len=ctx.split_len, block_m=ctx.block_m,
-                                               pipelined=ctx.pipelined, uniform_q_len=ctx.decode_q_len)
+                                               pipelined=ctx.pipelined, uniform_q_len=ctx.decode_q_len,
+                                               program_maps=ctx.program_maps)
     else:
         kv[:, 0].index_put_((meta.slot_block, meta.slot_offset), k_new.to(kv.dtype))
         kv[:, 1].index_put_((meta.slot_block, meta.slot_offset), v_new.to(kv.dtype))

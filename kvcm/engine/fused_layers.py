@@ -233,7 +233,8 @@ class FusedLayers:
                                                      chunk=meta.attention.chunk_tokens,
                                                      tpb=ctx.tokens_per_block, split_len=ctx.split_len,
                                                      block_m=ctx.block_m, pipelined=ctx.pipelined,
-                                                     uniform_q_len=ctx.decode_q_len)
+                                                     uniform_q_len=ctx.decode_q_len,
+                                                     program_maps=ctx.program_maps)
             with self._range("o_proj"):
                 a = attn.o_proj(o.view(o.shape[0], -1))
             norm = layer.post_attention_layernorm

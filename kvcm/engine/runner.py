@@ -105,6 +105,7 @@ class ModelRunner:
         # step carries prefill and takes the prefill tile. A static step keeps this context, so a token bucket
         # (first filled with padding only) never splits
         decode = filled.num_uniform == buf.num_seqs > 0
+        once = self.kernel.row_search_once
         return AttentionContext(self.layer_kv, self.group_of_layer, self.tpb, groups, d["seq_lens"],
                                 d["query_start"], buf.h["seq_lens"], buf.h["query_start"],
                                 num_uniform=filled.num_uniform, uniform_q_len=filled.uniform_q_len,
@@ -112,7 +113,8 @@ class ModelRunner:
                                 split_len=self.kernel.decode_split_len if decode else 0,
                                 block_m=None if decode else self.kernel.prefill_block_m, positions=d["positions"],
                                 pipelined=self.kernel.pipelined_keys,
-                                decode_q_len=filled.uniform_q_len if decode and self.kernel.decode_rows_by_index else 0)
+                                decode_q_len=filled.uniform_q_len if decode and once else 0,
+                                program_maps={} if once else None)
 
     # ---- forward ---------------------------------------------------------------------------------------------
     def _trace(self, items: list[StepItem]) -> None:
@@ -125,7 +127,10 @@ class ModelRunner:
         self.tracer.step += 1
 
     def forward_hidden(self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext):
-        """The decoder body on a packed batch: ids/positions [T] -> hidden states [T, hidden]."""
+        """The decoder body on a packed batch: ids/positions [T] -> hidden states [T, hidden]. The kernel's program
+        maps are emptied first: each forward (a CUDA graph's capture too) fills them itself."""
+        if ctx.program_maps:
+            ctx.program_maps.clear()
         if self.layers is not None:
             return self.layers.forward(input_ids, positions, ctx)
         with self.paged():

@@ -113,11 +113,26 @@ if triton is not None:
         return seq, q_first, q_len, pid - (q_first // BLOCK_Q + seq)
 
     @triton.jit
-    def _program_rows(query_start_ptr, pid, num_seqs, BLOCK_Q: tl.constexpr, UNIFORM_Q: tl.constexpr):
+    def _program_seq_kernel(query_start_ptr, seq_ptr, num_seqs, BLOCK_Q: tl.constexpr):
+        """Each program's sequence, searched once a step for every layer's launch (-1: a spare program)."""
+        pid = tl.program_id(0)
+        seq, q_first, q_len, local = _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q)
+        tl.store(seq_ptr + pid, tl.where(local * BLOCK_Q < q_len, seq, -1))
+
+    @triton.jit
+    def _program_rows(query_start_ptr, seq_ptr, pid, num_seqs, BLOCK_Q: tl.constexpr, UNIFORM_Q: tl.constexpr,
+                      MAPPED: tl.constexpr):
         """``_query_block``, or with ``UNIFORM_Q`` (every sequence has that many queries, at most BLOCK_Q: a decode
-        step's) program ``pid`` is sequence ``pid``'s one block, found without the search's dependent loads."""
+        step's) program ``pid`` is sequence ``pid``'s one block, found without the search's dependent loads; with
+        ``MAPPED`` it reads its sequence from ``program_seqs``' map (a spare program gets no query)."""
         if UNIFORM_Q > 0:
             return pid, pid * UNIFORM_Q, UNIFORM_Q, 0
+        elif MAPPED:
+            mapped = tl.load(seq_ptr + pid)
+            seq = tl.maximum(mapped, 0)
+            q_first = tl.load(query_start_ptr + seq)
+            q_len = tl.where(mapped >= 0, tl.load(query_start_ptr + seq + 1) - q_first, 0)
+            return seq, q_first, q_len, pid - (q_first // BLOCK_Q + seq)
         else:
             return _query_block(query_start_ptr, pid, num_seqs, BLOCK_Q)
 
@@ -151,7 +166,7 @@ if triton is not None:
         return m_new, l_i, acc
 
     @triton.jit
-    def _paged_attention_kernel(q_ptr, kv_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_ptr,
+    def _paged_attention_kernel(q_ptr, kv_ptr, out_ptr, block_table_ptr, seq_lens_ptr, query_start_ptr, seq_ptr,
                                 part_m_ptr, part_l_ptr, part_acc_ptr,
                                 num_seqs, scale, window, chunk, split_len,
                                 s_qt, s_qh, s_ot, s_oh, s_pb, s_pf, s_pt, s_ph, s_bt,
@@ -159,10 +174,11 @@ if triton is not None:
                                 BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE: tl.constexpr,
                                 SPLITS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                                 CHUNKED: tl.constexpr, PIPELINED: tl.constexpr, STAGES: tl.constexpr,
-                                UNIFORM_Q: tl.constexpr):
+                                UNIFORM_Q: tl.constexpr, MAPPED: tl.constexpr):
         pid = tl.program_id(0)
         kvh = tl.program_id(1)
-        seq, q_first, q_len, local = _program_rows(query_start_ptr, pid, num_seqs, BLOCK_Q, UNIFORM_Q)
+        seq, q_first, q_len, local = _program_rows(query_start_ptr, seq_ptr, pid, num_seqs, BLOCK_Q, UNIFORM_Q,
+                                                   MAPPED)
         if local * BLOCK_Q >= q_len:
             return
         kv_len = tl.load(seq_lens_ptr + seq)
@@ -219,14 +235,17 @@ if triton is not None:
                      out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
     @triton.jit
-    def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, query_start_ptr, num_seqs, s_ot, s_oh,
+    def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, query_start_ptr, seq_ptr, num_seqs,
+                               s_ot, s_oh,
                                REP: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                               BLOCK_Q: tl.constexpr, SPLITS: tl.constexpr, UNIFORM_Q: tl.constexpr):
+                               BLOCK_Q: tl.constexpr, SPLITS: tl.constexpr, UNIFORM_Q: tl.constexpr,
+                               MAPPED: tl.constexpr):
         """One program per query block and KV head: the shares' softmaxes rescaled to their common maximum and
         summed (a share with no key has maximum -inf and weight 0)."""
         pid = tl.program_id(0)
         kvh = tl.program_id(1)
-        seq, q_first, q_len, local = _program_rows(query_start_ptr, pid, num_seqs, BLOCK_Q, UNIFORM_Q)
+        seq, q_first, q_len, local = _program_rows(query_start_ptr, seq_ptr, pid, num_seqs, BLOCK_Q, UNIFORM_Q,
+                                                   MAPPED)
         if local * BLOCK_Q >= q_len:
             return
         m = tl.arange(0, BLOCK_M)
@@ -268,11 +287,19 @@ def num_splits(width: int, tpb: int, split_len: int) -> int:
     return max(1, -(-(width * tpb) // split_len)) if split_len else 1
 
 
+def program_seqs(query_start: torch.Tensor, num_seqs: int, block_q: int, programs: int) -> torch.Tensor:
+    """``[programs]`` int32: the sequence each attention program of a step serves (-1: a spare program), searched
+    over ``query_start`` once, one launch, where each layer's programs would otherwise search it again."""
+    seqs = torch.empty(programs, dtype=torch.int32, device=query_start.device)
+    _program_seq_kernel[(programs,)](query_start, seqs, num_seqs, BLOCK_Q=block_q, num_warps=1)
+    return seqs
+
+
 def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                     query_start: torch.Tensor, *, scale: float, window: int | None, tpb: int,
                     split_len: int = 0, block_m: int | None = None, chunk: int | None = None,
-                    pipelined: bool = False, uniform_q_len: int = 0, tile_n: int = TILE_N, num_warps: int = 4,
-                    stages: int = PIPELINE_STAGES) -> torch.Tensor:
+                    pipelined: bool = False, uniform_q_len: int = 0, program_maps: dict | None = None,
+                    tile_n: int = TILE_N, num_warps: int = 4, stages: int = PIPELINE_STAGES) -> torch.Tensor:
     """``q`` ``[T, H, D]`` (last dim dense) -> ``[T, H, D]`` over the pages ``kv`` (layout as ``store_kv``).
 
     ``block_table`` ``[S, W]`` (-1 = no page), ``seq_lens`` ``[S]`` KV lengths after this step's tokens,
@@ -299,7 +326,10 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
     ``uniform_q_len`` (0: not promised): every sequence has exactly this many query rows, ``query_start[s] ==
     s * uniform_q_len`` (a decode step's rows, a graph's padding rows too). Where that fits one query block, each
     program takes its sequence by its index instead of a binary search over ``query_start`` (a chain of dependent
-    loads ahead of every program's first key), and the launch has no spare programs.
+    loads ahead of every program's first key), and the launch has no spare programs. Any other step, given
+    ``program_maps`` (a dict that lives for one forward of the model, so a CUDA graph captures its filling), searches
+    once for every layer: the first launch adds one that writes each program's sequence there
+    (``program_seqs``), and every layer's programs then read theirs with one load.
 
     ``tile_n`` (key positions a tile, a power of two from 16), ``num_warps`` and ``stages`` (tiles in flight when
     pipelined) are the launch's tuning, here so that ``benchmarks/decode_attention.py --variants`` can time them
@@ -322,6 +352,12 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
                          f"sequences, one share each")
     uniform = uniform_q_len if 0 < uniform_q_len <= block_q else 0
     programs = num_seqs if uniform else num_programs(t, num_seqs, block_q)
+    seq_map = query_start             # not read unless mapped
+    if not uniform and program_maps is not None:
+        key = ("program_seqs", block_q, t, num_seqs)
+        if key not in program_maps:
+            program_maps[key] = program_seqs(query_start, num_seqs, block_q, programs)
+        seq_map = program_maps[key]
     splits = num_splits(block_table.shape[1], tpb, split_len)
     if splits > 1:
         part_m = torch.empty(programs * kvh * splits * block_m, dtype=torch.float32, device=q.device)
@@ -334,16 +370,17 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
     upcast = interpreted() and q.dtype != torch.float32
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
     _paged_attention_kernel[(programs, kvh, splits)](
-        q, kv, out, block_table, seq_lens, query_start, part_m, part_l, part_acc, num_seqs, float(scale),
+        q, kv, out, block_table, seq_lens, query_start, seq_map, part_m, part_l, part_acc, num_seqs, float(scale),
         int(window or NO_WINDOW), int(chunk or NO_WINDOW), int(split_len),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), block_table.stride(0),
         REP=heads // kvh, D=d, D_PAD=d_pad, TPB=tpb, BLOCK_M=block_m, BLOCK_Q=block_q, TILE=tile_n,
         SPLITS=splits, PRECISION=precision, UPCAST=upcast, CHUNKED=chunk is not None,
-        PIPELINED=pipelined and not interpreted(), STAGES=stages, UNIFORM_Q=uniform, num_warps=num_warps)
+        PIPELINED=pipelined and not interpreted(), STAGES=stages, UNIFORM_Q=uniform, MAPPED=seq_map is not query_start,
+        num_warps=num_warps)
     if splits > 1:
-        _combine_splits_kernel[(programs, kvh)](part_m, part_l, part_acc, out, query_start, num_seqs,
+        _combine_splits_kernel[(programs, kvh)](part_m, part_l, part_acc, out, query_start, seq_map, num_seqs,
                                                 out.stride(0), out.stride(1), REP=heads // kvh, D=d, D_PAD=d_pad,
                                                 BLOCK_M=block_m, BLOCK_Q=block_q, SPLITS=splits, UNIFORM_Q=uniform,
-                                                num_warps=4)
+                                                MAPPED=seq_map is not query_start, num_warps=4)
     return out

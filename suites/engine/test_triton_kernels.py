@@ -18,6 +18,7 @@ from kvcm.engine import LLM, SamplingParams, triton_attention
 from kvcm.models import hf_generate, tiny_model
 
 from _prompts import random_prompts
+from _attention_cases import case as _case
 
 pytestmark = pytest.mark.skipif(triton_attention.triton is None, reason="Triton is not installed "
                                 "(pip install triton; on CPU its interpreter runs these checks)")
@@ -59,51 +60,6 @@ def test_kernels_under_the_triton_interpreter(kvcm_progress):
     assert proc.returncode == 0, out[-6000:]
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|skipped|failed)", lines[-1])}
     assert counts.get("passed", 0) >= 7 and counts.get("skipped", 0) <= 1, out[-2000:]  # only this test skips
-
-
-def _reference(q, kv, block_table, seq_lens, query_start, scale, window, tpb, chunk=None):
-    """Softmax attention per query row, written out: the keys a query may read and nothing else (a chunk: those
-    of the query's own chunk, ``k // chunk == q // chunk``)."""
-    heads, rep = q.shape[1], q.shape[1] // kv.shape[3]
-    out = torch.zeros(q.shape, dtype=torch.float64)
-    for s in range(block_table.shape[0]):
-        a, b, kv_len = int(query_start[s]), int(query_start[s + 1]), int(seq_lens[s])
-        for i in range(a, b):
-            qpos = kv_len - (b - a) + (i - a)
-            keys = [p for p in range(max(0, qpos - window + 1) if window else 0, qpos + 1)
-                    if block_table[s, p // tpb] >= 0 and (chunk is None or p // chunk == qpos // chunk)]
-            if not keys:
-                continue
-            k = torch.stack([kv[block_table[s, p // tpb], 0, p % tpb] for p in keys]).double()
-            v = torch.stack([kv[block_table[s, p // tpb], 1, p % tpb] for p in keys]).double()
-            for h in range(heads):
-                w = torch.softmax(k[:, h // rep] @ q[i, h].double() * scale, 0)
-                out[i, h] = w @ v[:, h // rep]
-    return out
-
-
-def _case(heads, kv_heads, dim, tpb, window, chunk=None, rows=None):
-    """A decode, a speculative verification (5 queries), prefill chunks at 0 and past it, a padding row of KV
-    length 0 (or ``rows``, (queries, KV length) each); released pages (-1) and every page no row holds filled
-    with NaN. Returns the kernel's arguments (q, kv, table, seq_lens, query_start, scale) and the reference output."""
-    g = torch.Generator().manual_seed(heads * tpb)
-    rows = rows or [(1, 37), (5, 21), (13, 13), (7, 50), (1, 3), (9, 0)]
-    num_blocks, width = 40, 8
-    kv = torch.full((num_blocks, 2, tpb, kv_heads, dim), float("nan"))
-    table = torch.full((len(rows), width), -1, dtype=torch.long)
-    free = torch.randperm(num_blocks, generator=g).tolist()
-    for s, (_, kv_len) in enumerate(rows):
-        for j in range(-(-kv_len // tpb)):
-            table[s, j] = b = free.pop()
-            kv[b] = torch.randn(2, tpb, kv_heads, dim, generator=g)
-    if window or chunk:
-        kv[table[3, 0]] = float("nan")       # released by the window or the chunk: never read
-        table[3, 0] = -1
-    lens = torch.tensor([n for _, n in rows])
-    starts = torch.tensor([0] + [q for q, _ in rows]).cumsum(0)
-    q = torch.randn(heads, int(starts[-1]), dim, generator=g).transpose(0, 1)    # strided, as the model gives it
-    scale = dim ** -0.5
-    return (q, kv, table, lens, starts, scale), _reference(q, kv, table, lens, starts, scale, window, tpb, chunk)
 
 
 @pytest.mark.parametrize("heads,kv_heads,dim,tpb,window", [(9, 3, 64, 32, None), (4, 2, 16, 8, 16), (9, 3, 64, 8, 20),
@@ -153,6 +109,34 @@ def test_decode_rows_taken_by_index_give_the_searched_output_bit_for_bit(device,
             torch.testing.assert_close(direct.double(), ref, atol=2e-5, rtol=1e-4)
         with pytest.raises(ValueError, match=f"uniform_q_len={q_len + 1} must be 0 or the {len(rows) * q_len} query"):
             triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, uniform_q_len=q_len + 1)
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim,tpb,window,block_m", [(9, 3, 64, 32, None, None), (4, 2, 16, 8, 16, 32)])
+def test_rows_mapped_once_a_step_give_the_searched_output_bit_for_bit(device, heads, kv_heads, dim, tpb, window,
+                                                                      block_m):
+    """``program_maps``: the rows of a step of every kind (a decode, a verification, prefill chunks, padding) are
+    searched once into a map of each program's sequence (-1: spare), which every layer's launch then reads; the
+    same tiles in the same order as the search, so the same output exactly, whole and split."""
+    (q, kv, table, lens, starts, scale), ref = _case(heads, kv_heads, dim, tpb, window)
+    args = (q.to(device), kv.to(device), table.to(device), lens.to(device), starts.to(device))
+    block_q = triton_attention.tile_shape(heads, kv_heads, block_m)[1]
+    programs = triton_attention.num_programs(q.shape[0], table.shape[0], block_q)
+    expected = [-1] * programs
+    for s in range(table.shape[0]):
+        q_len = int(starts[s + 1] - starts[s])
+        for j in range(-(-q_len // block_q)):
+            expected[int(starts[s]) // block_q + s + j] = s
+    assert triton_attention.program_seqs(args[4], table.shape[0], block_q, programs).tolist() == expected
+    for options in ({}, {"split_len": 32}):
+        maps = {}
+        searched = triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, block_m=block_m,
+                                                    **options).cpu()
+        for _ in range(2):         # the second launch (another layer) reads the map the first one wrote
+            mapped = triton_attention.paged_attention(*args, scale=scale, window=window, tpb=tpb, block_m=block_m,
+                                                      program_maps=maps, **options).cpu()
+            assert torch.equal(searched, mapped), options
+        assert len(maps) == 1
+        torch.testing.assert_close(mapped.double(), ref, atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("heads,kv_heads,dim,tpb,chunk", [(4, 2, 16, 8, 16), (9, 3, 64, 8, 12), (2, 2, 32, 16, 40)])
