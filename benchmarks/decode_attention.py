@@ -14,7 +14,7 @@ this times every pair in one run, SmolLM2-135M's attention shape (9 query heads,
 prints, per (batch, KV length), each ``split_len``'s time per call (CUDA events over ``--iters`` calls in a
 graph-free loop, after a warm-up) and its ratio to the unsplit kernel; outputs are checked equal to the unsplit
 ones first. ``--variants`` times launch tunings instead, each ``plain|pipe[+index]:TILE_N:NUM_WARPS[:STAGES]`` (the
-first is the baseline; ``plain:32:4`` was the engine's kernel before ``row_search_once``, ``plain+index:32:4``
+first is the baseline; ``plain:32:4`` was the engine's kernel before ``decode_rows_by_index``, ``plain+index:32:4``
 is it now).
 """
 from __future__ import annotations

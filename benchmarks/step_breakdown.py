@@ -254,8 +254,10 @@ def main(argv=None) -> dict:
                     "ops (the engine before fused_layers.py)")
     ap.add_argument("--pipelined-keys", action="store_true", help="the attention kernel's key loop "
                     "software-pipelined (LLM(pipelined_keys=True))")
-    ap.add_argument("--search-rows", action="store_true", help="every layer's attention programs search the query "
-                    "offsets for their rows, as before LLM(row_search_once=True)")
+    ap.add_argument("--search-decode-rows", action="store_true", help="a decode step's attention programs search "
+                    "the query offsets for their rows, as before LLM(decode_rows_by_index=True)")
+    ap.add_argument("--step-row-map", action="store_true", help="the other steps' attention programs read their rows "
+                    "from a map made once a step (LLM(step_row_map=True))")
     ap.add_argument("--json", default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -276,7 +278,7 @@ def main(argv=None) -> dict:
               cuda_graph_batch_sizes=[args.batch], cuda_graph_token_buckets=[args.mixed_tokens],
               enable_block_reuse=False, decode_split_len=args.decode_split_len,
               fused_layers=not args.no_fused_layers, pipelined_keys=args.pipelined_keys,
-              row_search_once=not args.search_rows)
+              decode_rows_by_index=not args.search_decode_rows, step_row_map=args.step_row_map)
     peak, source = peak_bandwidth(device, args.peak_gbps)
     steps = run_steps(llm, args, model.config.vocab_size, peak)
     label = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"

@@ -95,9 +95,10 @@ for part in "${parts[@]}"; do
         --variants plain:32:4 plain+index:32:4 pipe:32:4:3 pipe+index:32:4:3 pipe+index:32:4:2 pipe+index:64:4:3 \
         pipe+index:64:8:3 pipe+index:32:2:3 plain+index:64:4 pipe+index:128:8:3 pipe+index:64:4:4 pipe+index:16:2:3 \
         2>&1 | quiet | tee "$out/pipelined-kernel.log"
-      # the fused step with the rows searched in every layer (as before), once a step (the default), and pipelined too
-      for opt in --search-rows "" --pipelined-keys; do
-        timeout $(( budget / 6 )) python3 benchmarks/step_breakdown.py $opt --json "$out/breakdown${opt:+-${opt#--}}.json" \
+      # the fused step with the decode rows searched (as before), by index (the default), the other steps' rows
+      # mapped once a step, and the key loop pipelined
+      for opt in --search-decode-rows "" --step-row-map --pipelined-keys; do
+        timeout $(( budget / 8 )) python3 benchmarks/step_breakdown.py $opt --json "$out/breakdown${opt:+-${opt#--}}.json" \
           2>&1 | quiet | tee "$out/breakdown${opt:+-${opt#--}}.log"
       done ;;
     hosttier)

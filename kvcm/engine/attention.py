@@ -41,13 +41,15 @@ class KernelOptions:
     ignores it): ``decode_split_len`` splits a decode-only step's keys into shares of that many positions (0:
     whole), ``prefill_block_m`` is the query rows a program on every other step (None: the least tile);
     ``fused_layers`` runs a Llama-family body in nine launches a layer (``fused_layers.py``) where it applies;
-    ``pipelined_keys`` runs the kernel's key loop software-pipelined and ``row_search_once`` has the programs find their
-    rows once a step (``triton_attention.paged_attention``'s ``pipelined``, ``uniform_q_len``, ``program_maps``)."""
+    ``pipelined_keys`` runs the kernel's key loop software-pipelined, ``decode_rows_by_index`` has a decode step's
+    programs take their rows by index and ``step_row_map`` the other steps' read them from a map made once a step
+    (``triton_attention.paged_attention``'s ``pipelined``, ``uniform_q_len``, ``program_maps``)."""
     decode_split_len: int = 0
     prefill_block_m: int | None = None
     fused_layers: bool = True
     pipelined_keys: bool = False
-    row_search_once: bool = True
+    decode_rows_by_index: bool = True
+    step_row_map: bool = False
 
 
 @dataclass

@@ -50,7 +50,8 @@ class EngineConfig:
     prefill_block_m: int | None = None
     fused_layers: bool = True                       # the Triton path's fused Llama-family layers (fused_layers.py)
     pipelined_keys: bool = False                    # the attention kernel's key loop software-pipelined
-    row_search_once: bool = True                    # attention programs find their rows once a step, not a layer
+    decode_rows_by_index: bool = True               # a decode step's attention programs take their rows by index
+    step_row_map: bool = False                      # other steps' programs read their rows from a map made once
     host_cache_size: int | None = None              # the host tier's bytes (V1, V2); overrides kv_cache_config's
     policy: Policy | None = field(default=None, compare=False)   # None: kvcm.policy.active() at LLM()
     limits: Limits = field(init=False, repr=False, compare=False)   # B, S, N, D and the device, checked
@@ -59,7 +60,8 @@ class EngineConfig:
         set_ = object.__setattr__.__get__(self)
         set_("limits", Limits(self.max_batch_size, self.max_seq_len, self.max_num_tokens,
                               0 if self.max_draft_len is None else self.max_draft_len, device=self.device))
-        for name in ("overlap", "trace", "cuda_graph", "fused_layers", "pipelined_keys", "row_search_once"):
+        for name in ("overlap", "trace", "cuda_graph", "fused_layers", "pipelined_keys", "decode_rows_by_index",
+                     "step_row_map"):
             validation.flag(name, getattr(self, name))
         if self.graph_capture is not None:
             validation.flag("graph_capture", self.graph_capture)

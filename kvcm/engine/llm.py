@@ -117,10 +117,11 @@ class LLM:
         read. ``fused_layers``: where the kernels run, a Llama-family model's layers take nine launches each
         (``fused_layers.py``) rather than its own code's fifteen. ``pipelined_keys``: the attention kernel's key
         loop as one the compiler software-pipelines (off by default until a GPU run measures it;
-        ``triton_attention.paged_attention``). ``row_search_once`` (on by default; off only to time
-        the difference): the attention programs of a decode step (every row the same number of queries) take their
-        sequence by index, those of any other step read it from a map searched once a step, where each layer's
-        programs searched the query offsets again. All become one ``KernelOptions``, passed down to
+        ``triton_attention.paged_attention``). ``decode_rows_by_index``: on a decode step (every row the same number of
+        queries) each attention program takes its sequence by index rather than searching the query offsets (on by
+        default; off only to time the search). ``step_row_map``: on any other step the programs read their sequence
+        from a map one launch searches once a step, where each layer's programs search again (off until a GPU run
+        measures it). All become one ``KernelOptions``, passed down to
         every cache's runner.
 
         ``host_cache_size``: bytes of host memory for the host tier (TensorRT-LLM's ``KvCacheConfig.host_cache_size``;
@@ -152,7 +153,8 @@ class LLM:
         self.limits = c.limits
         max_seq_len, max_draft_len, device = c.max_seq_len, c.max_draft_len, c.device
         kernel = KernelOptions(c.decode_split_len, c.prefill_block_m, c.fused_layers, c.pipelined_keys,
-                               c.row_search_once)
+                               c.decode_rows_by_index,
+                               c.step_row_map)
         self.spec_max_concurrency = c.spec_max_concurrency
         self.spec_acceptance_window, self.spec_acceptance_threshold = c.spec_acceptance_window, c.spec_acceptance_threshold
         self.model = model.to(device).eval()

@@ -105,16 +105,16 @@ class ModelRunner:
         # step carries prefill and takes the prefill tile. A static step keeps this context, so a token bucket
         # (first filled with padding only) never splits
         decode = filled.num_uniform == buf.num_seqs > 0
-        once = self.kernel.row_search_once
+        k = self.kernel
         return AttentionContext(self.layer_kv, self.group_of_layer, self.tpb, groups, d["seq_lens"],
                                 d["query_start"], buf.h["seq_lens"], buf.h["query_start"],
                                 num_uniform=filled.num_uniform, uniform_q_len=filled.uniform_q_len,
                                 use_kernel=self.use_kernel,
-                                split_len=self.kernel.decode_split_len if decode else 0,
-                                block_m=None if decode else self.kernel.prefill_block_m, positions=d["positions"],
-                                pipelined=self.kernel.pipelined_keys,
-                                decode_q_len=filled.uniform_q_len if decode and once else 0,
-                                program_maps={} if once else None)
+                                split_len=k.decode_split_len if decode else 0,
+                                block_m=None if decode else k.prefill_block_m, positions=d["positions"],
+                                pipelined=k.pipelined_keys,
+                                decode_q_len=filled.uniform_q_len if decode and k.decode_rows_by_index else 0,
+                                program_maps={} if k.step_row_map else None)
 
     # ---- forward ---------------------------------------------------------------------------------------------
     def _trace(self, items: list[StepItem]) -> None:

@@ -34,7 +34,8 @@ def test_the_config_is_frozen_and_holds_the_limits():
     ("overlap", 1, "overlap=1"), ("max_batch_size", 0, "max_batch_size=0"),
     ("decode_split_len", 33, "multiple of"), ("spec_acceptance_threshold", 2.0, "in \\[0, 1\\]"),
     ("enable_block_reuse", "yes", "True, False or None"), ("cuda_graph_batch_sizes", [0], "cuda_graph_batch_sizes"),
-    ("pipelined_keys", "on", "pipelined_keys='on'"), ("row_search_once", None, "row_search_once=None"),
+    ("pipelined_keys", "on", "pipelined_keys='on'"), ("decode_rows_by_index", None, "decode_rows_by_index=None"),
+    ("step_row_map", 1, "step_row_map=1"),
 ])
 def test_a_bad_field_is_one_config_error_naming_it(field, value, message):
     with pytest.raises(ConfigError, match=message):

@@ -224,18 +224,22 @@ def test_engine_with_its_kernel_options_matches_hf_generate(device):
     """``LLM(decode_split_len=..., prefill_block_m=...)``: decode steps (eager and graphs) read their keys in
     shares of 32 positions (max_seq_len 64: two shares) at the least tile; mixed steps and token buckets do not
     split and take 64 query rows a program (32 tokens of the tiny model's 2 query heads a KV head: a prompt's
-    whole chunk). HF generate's tokens either way."""
+    whole chunk); with ``step_row_map`` the buckets' programs read their rows from a map made once a step (each
+    graph's capture makes its own). HF generate's tokens either way."""
     model, _ = tiny_model("llama", seed=5, device=device)
     prompts = random_prompts(11, [5, 21, 9])
     params = SamplingParams(max_new_tokens=14, ignore_eos=True)
     ref = [r.token_ids for r in hf_generate(model, prompts, 14, eos_token_id=[])]
-    llm = LLM(model, max_batch_size=2, max_seq_len=64, max_num_tokens=16, device=device, cuda_graph=True,
-              cuda_graph_batch_sizes=[1, 2], cuda_graph_token_buckets=[16], decode_split_len=32, prefill_block_m=64,
-              kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=512, dtype="float32"))
-    assert [o.token_ids for o in llm.generate(prompts, params)] == ref
-    assert {(s.ctx.split_len, s.ctx.block_m) for s in llm.graphs.shapes.values()} == {(32, None)}
-    assert {(s.ctx.split_len, s.ctx.block_m) for s in llm.graphs.buckets.values()} == {(0, 64)}
-    assert llm.graphs.num_replays > llm.graphs.num_bucket_replays > 0
+    for row_map in (False, True):
+        llm = LLM(model, max_batch_size=2, max_seq_len=64, max_num_tokens=16, device=device, cuda_graph=True,
+                  cuda_graph_batch_sizes=[1, 2], cuda_graph_token_buckets=[16], decode_split_len=32, prefill_block_m=64,
+                  step_row_map=row_map,
+                  kv_cache_config=kvcm.KvCacheConfig(tokens_per_block=8, max_tokens=512, dtype="float32"))
+        assert [o.token_ids for o in llm.generate(prompts, params)] == ref
+        assert {(s.ctx.split_len, s.ctx.block_m) for s in llm.graphs.shapes.values()} == {(32, None)}
+        assert {(s.ctx.split_len, s.ctx.block_m) for s in llm.graphs.buckets.values()} == {(0, 64)}
+        assert llm.graphs.num_replays > llm.graphs.num_bucket_replays > 0
+        assert all(bool(s.ctx.program_maps) == row_map for s in llm.graphs.buckets.values())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
