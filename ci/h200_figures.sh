@@ -109,7 +109,7 @@ for part in "${parts[@]}"; do
         --batches 1 4 8 16 32 64 256 --cutoffs none default --repeats 3 --token-buckets 16 64 256 1024 \
         --json "$out/cutoff.json" 2>&1 | quiet | tee "$out/cutoff.log" ;;
     reuse)
-      timeout -s INT 240 python3 -m pytest -p pytest_kvcm.plugin suites/engine/test_reuse_cuda.py -q -ra 2>&1 \
+      timeout -s INT 240 python3 -m pytest -p pytest_kvcm.plugin --kvcm-stage=post_merge suites/engine/test_reuse_cuda.py -q -ra 2>&1 \
         | grep -v -E "Warning|warn" | tail -25 | tee "$out/reuse_gates.log"
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model smollm2 --shots 8 \
         --num-prompts 0 --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --profile --json "$out/fewshot.json" 2>&1 \
@@ -136,7 +136,7 @@ for part in "${parts[@]}"; do
       t0=$SECONDS
       python3 -c "from kvcm.models.gemma3 import gemma3_cache_dir; print('gemma: converted to', gemma3_cache_dir())" 2>&1 | quiet
       echo "gemma: GGUF de-quantized in $((SECONDS - t0)) s"
-      timeout -s INT 200 python3 -m pytest -p pytest_kvcm.plugin suites/engine/test_gemma3_cuda.py \
+      timeout -s INT 200 python3 -m pytest -p pytest_kvcm.plugin --kvcm-stage=post_merge suites/engine/test_gemma3_cuda.py \
         suites/engine/test_gemma3_tiny.py -q -ra -s 2>&1 | grep -v -E "Warning|warn" | tail -25 | tee "$out/gemma_gates.log"
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model gemma-3-270m --shots 5 --num-prompts 0 \
         --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/gemma_fewshot.json" 2>&1 | quiet \

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,20 @@ def test_the_figures_lane_part_names_a_stage_the_lane_runs(tmp_path):
     proc = _run("gpu_lane.sh", [stage], tmp_path / "o", unset=("KVCM_SMOLLM2_GGUF",))   # never a staged model run
     assert "unknown stage" not in proc.stderr, proc.stderr
     assert proc.returncode != 0   # here: no staged SmolLM2 (models) or no GPU (smoke), said in one line
+
+
+def test_the_figures_gate_runs_select_their_tests():
+    """Each pytest run of ``h200_figures.sh`` (the reuse and Gemma 3 gates) selects tests: those files are marked
+    post_merge, and a run without ``--kvcm-stage=post_merge`` deselected all twelve reuse gates on an H100
+    (2026-12-08: "12 deselected"), so the part reported nothing and passed."""
+    text = (ROOT / "ci" / "h200_figures.sh").read_text().replace("\\\n", " ")
+    runs = re.findall(r"python3 -m pytest (.*?) -q", text)
+    assert len(runs) >= 2, runs
+    for run in runs:
+        proc = subprocess.run([sys.executable, "-m", "pytest", *run.split(), "--collect-only", "-q", "-p", "no:cacheprovider"],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+        summary = proc.stdout.strip().splitlines()[-1]
+        assert re.match(r"[1-9]\d*(/\d+)? tests? collected", summary), (run, summary)
 
 
 def test_the_lane_reaches_pytest_on_a_machine_that_reports_a_gpu(tmp_path):
