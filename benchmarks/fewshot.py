@@ -100,7 +100,7 @@ def run_kvcm(model, tok, prompts, args, version: str, reuse: bool) -> dict:
     llm = LLM(model, tok, kvcm_version=version, kv_cache_config=cfg, max_batch_size=args.batch_size,
               max_seq_len=max_seq, max_num_tokens=args.max_num_tokens, device=args.device, cuda_graph=cuda,
               enable_block_reuse=reuse, decode_split_len=args.decode_split_len,
-              prefill_block_m=args.prefill_block_m)
+              prefill_block_m=args.prefill_block_m, step_row_map=args.step_row_map)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, stop_strings=STOP)
     # warm up, then drop what the warm-up cached: the timed run starts with nothing cached
     warm = [int(t) for t in tok("The warm-up run of this engine.", add_special_tokens=False).input_ids]
@@ -183,6 +183,8 @@ def main(argv=None) -> int:
                     help=f"{' '.join(ALL_VERSIONS)}, comma- or space-separated (as host_step.py takes them)")
     ap.add_argument("--fraction", type=float, default=0.5, help="kvcm free_gpu_memory_fraction on CUDA")
     ap.add_argument("--no-hf", action="store_true", help="leave Hugging Face generate out")
+    ap.add_argument("--step-row-map", action="store_true", help="the kvcm engines' attention programs on steps "
+                    "other than decodes read their rows from a map made once a step (LLM(step_row_map=True))")
     ap.add_argument("--decode-split-len", type=int, default=0, help="the kvcm engines' decode attention reads keys "
                     "in shares of this many positions (LLM(decode_split_len=...); 0: off)")
     ap.add_argument("--prefill-block-m", type=int, default=None, help="the kvcm engines' attention kernel takes "

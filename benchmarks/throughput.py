@@ -96,7 +96,7 @@ class KvcmEngine:
 
     def __init__(self, model, tok, prompts, max_new, batch_size, device, *, kvcm_version="v2", cuda_graph=False,
                  fraction=0.5, overlap=True, token_buckets=None, graph_batch_sizes=None, block_reuse=True,
-                 decode_split_len=0, max_num_tokens=8192, prefill_block_m=None):
+                 decode_split_len=0, max_num_tokens=8192, prefill_block_m=None, step_row_map=False):
         import kvcm
         from kvcm.engine import LLM
         self.max_new, self.device = max_new, torch.device(device)
@@ -114,7 +114,7 @@ class KvcmEngine:
                        cuda_graph_token_buckets=token_buckets if cuda_graph else None,
                        cuda_graph_batch_sizes=graph_batch_sizes if cuda_graph else None,
                        enable_block_reuse=block_reuse, decode_split_len=decode_split_len,
-                       prefill_block_m=prefill_block_m)
+                       prefill_block_m=prefill_block_m, step_row_map=step_row_map)
         self.llm.generate(prompts[:2], self._params(4))
         sync(device)
         self.setup_s = time.perf_counter() - t
@@ -150,7 +150,7 @@ def build(name, model, tok, prompts, args):
                           overlap=not args.no_overlap, token_buckets=args.token_buckets,
                           graph_batch_sizes=args.graph_batch_sizes, block_reuse=not args.no_block_reuse,
                           decode_split_len=args.decode_split_len, max_num_tokens=args.max_num_tokens,
-                          prefill_block_m=args.prefill_block_m)
+                          prefill_block_m=args.prefill_block_m, step_row_map=args.step_row_map)
     if name == "kvcm-eager":
         return KvcmEngine(*common, kvcm_version=args.kvcm_version, fraction=args.fraction, overlap=not args.no_overlap,
                           block_reuse=not args.no_block_reuse, max_num_tokens=args.max_num_tokens)
@@ -225,6 +225,8 @@ def main(argv=None):
                     help="kvcm-graph's token buckets for mixed steps (default: the engine's, powers of two 16 .. 8192)")
     ap.add_argument("--no-block-reuse", action="store_true", help="the kvcm engines with block reuse off (on by "
                     "default, as in the engines it models)")
+    ap.add_argument("--step-row-map", action="store_true", help="kvcm-graph's attention programs on steps other "
+                    "than decodes read their rows from a map made once a step (LLM(step_row_map=True))")
     ap.add_argument("--decode-split-len", type=int, default=0, help="kvcm-graph's decode attention reads keys in "
                     "shares of this many positions (LLM(decode_split_len=...); 0: off)")
     ap.add_argument("--prefill-block-m", type=int, default=None, help="kvcm-graph's attention kernel takes this "

@@ -33,6 +33,8 @@
 #               HOST_PREFIXES (default 32) prefixes of 2,048-4,096 tokens; no weights and no GSM8K
 #   split       benchmarks/fewshot.py 8-shot with kvcm V2 alone (no HF): as it is, decode_split_len 256, and
 #               prefill_block_m 64
+#   rowmap      LLM(step_row_map=True) against the engine as it is, one after the other: benchmarks/fewshot.py 8-shot
+#               (V2 and V1, reuse off and on, no HF) and benchmarks/throughput.py (kvcm graphs alone)
 #   drift       benchmarks/kernel_drift.py: which component moves bf16 logits from fp32
 #   gemma       Gemma 3 270M: its GPU gates (suites/engine/test_gemma3_cuda.py, test_gemma3_tiny.py on CUDA) and
 #               benchmarks/fewshot.py on all 1,319 GSM8K questions 5-shot (bf16, batch 256): HF generate, then kvcm
@@ -127,6 +129,19 @@ for part in "${parts[@]}"; do
           --kvcm-versions v2 --dtype bfloat16 --batch-size 256 --no-hf --profile $opt \
           --json "$out/fewshot_split$n.json" 2>&1 | quiet | tee -a "$out/fewshot_split.log"
       done ;;
+    rowmap)
+      for opt in "" --step-row-map; do     # as it is, then the other steps' rows mapped once a step
+        echo "== rowmap ${opt:-(as it is)}" | tee -a "$out/rowmap.log"
+        # shellcheck disable=SC2086  # $opt is one flag or none
+        timeout $(( budget / 4 )) python3 benchmarks/fewshot.py --model smollm2 --shots 8 --num-prompts 0 \
+          --kvcm-versions v2 v1 --dtype bfloat16 --batch-size 256 --no-hf --profile $opt \
+          --json "$out/rowmap-fewshot${opt:+-map}.json" 2>&1 | quiet | tee -a "$out/rowmap.log"
+        # shellcheck disable=SC2086
+        timeout $(( budget / 4 )) python3 benchmarks/throughput.py --gsm8k "$KVCM_GSM8K_DIR" --num-prompts 0 \
+          --max-new-tokens 256 --batch-size 256 --dtype bfloat16 --repeats 1 --engines kvcm-graph --no-reference $opt \
+          --json "$out/rowmap-throughput${opt:+-map}.json" 2>&1 | quiet | grep -E "kvcm-graph:|host share|steps" \
+          | tee -a "$out/rowmap.log"
+      done ;;
     spec)
       timeout "$budget" python3 benchmarks/gpu_spec.py --json "$out/gpu_spec.json" 2>&1 | quiet \
         | tee "$out/gpu_spec.log" ;;
@@ -141,7 +156,7 @@ for part in "${parts[@]}"; do
       timeout "$(( ${DEADLINE_S:-570} - SECONDS ))" python3 benchmarks/fewshot.py --model gemma-3-270m --shots 5 --num-prompts 0 \
         --kvcm-versions v2,v1 --dtype bfloat16 --batch-size 256 --json "$out/gemma_fewshot.json" 2>&1 | quiet \
         | tee "$out/gemma_fewshot.log" ;;
-    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, wide, lane, spec, cutoff, reuse, kernels, breakdown, hosttier, split, drift, gemma)" >&2
+    *) echo "h200_figures: unknown part '$part' (throughput, hostshare, wide, lane, spec, cutoff, reuse, kernels, breakdown, pipelined, hosttier, split, rowmap, drift, gemma)" >&2
        exit 2 ;;
   esac
 done
