@@ -41,32 +41,19 @@ MEMCACHE=(orjson psutil pybase64 requests triton pillow starlette msgspec pydant
           apache-tvm-ffi sentencepiece compressed-tensors gguf
           "transformers==5.19.0")
 
-key=$(printf '%s\n' "$SPEC" "${BASE[@]}" "${MEMCACHE[@]}" stub-3 "$("$PY" -c 'import sys; print(sys.version_info[:2])')" \
-      | sha256sum | cut -c1-16)
-stamp="$VENV/.kvcm-built-from"
+. "$ROOT/ci/venv_lib.sh"
+key=$(venv_key "$SPEC" "${BASE[@]}" "${MEMCACHE[@]}" stub-3)
 probe='import sglang.srt.mem_cache.allocator, sglang.srt.mem_cache.memory_pool, sglang.srt.mem_cache.swa_memory_pool, sglang.srt.mem_cache.radix_cache'
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$VENV/bin/python" -c "$probe" 2>/dev/null; then
-    echo "sglang venv up to date ($SPEC)" >&2
-    echo "$VENV"
-    exit 0
-fi
+venv_up_to_date sglang "$probe" && exit 0
 
-# a directory that is not one of ours is refused before the download, the install or any removal
-. "$ROOT/ci/owned_dir.sh"
-check_own_dir "$VENV" "$(basename "$0") (KVCM_SGLANG_VENV)"
-mkdir -p "$CACHE"
-cached="$CACHE/.complete-sglang-$key"
-t0=$SECONDS
-if [[ ! -f "$cached" ]]; then
-    echo "filling the wheel cache $CACHE for $SPEC (once; minutes)" >&2
+venv_refuse_foreign KVCM_SGLANG_VENV    # before the download, the install or any removal
+fill() {
     "$PY" -m pip wheel -q --find-links "$CACHE" -w "$CACHE" "${BASE[@]}" >&2
     "$PY" -m pip wheel -q --no-deps --find-links "$CACHE" -w "$CACHE" "$SPEC" >&2
     "$PY" -m pip wheel -q --find-links "$CACHE" -w "$CACHE" "torch==2.13.0" "${MEMCACHE[@]}" >&2
-    touch "$cached"
-fi
-
-claim_dir "$VENV" "$(basename "$0") (KVCM_SGLANG_VENV)"
-"$PY" -m venv "$VENV"
+}
+venv_fill_cache ".complete-sglang-$key" "for $SPEC (once; minutes)" fill
+venv_create KVCM_SGLANG_VENV
 pip_() { "$VENV/bin/python" -m pip "$@"; }
 pip_ install -q --no-index --find-links "$CACHE" "${BASE[@]}" >&2
 pip_ install -q --no-index --no-deps --find-links "$CACHE" "$SPEC" >&2
@@ -114,7 +101,4 @@ PY
 for m in torchvision/__init__.py torchvision/io.py torchvision/transforms/__init__.py \
          torchvision/transforms/functional.py torchvision/transforms/v2/__init__.py \
          torchvision/transforms/v2/functional.py; do stub "$m"; done
-PYTHONPATH="$ROOT" "$VENV/bin/python" -c "$probe; import pytest_kvcm.plugin" >&2
-echo "$key" > "$stamp"
-echo "sglang venv built in $((SECONDS - t0)) s ($SPEC)" >&2
-echo "$VENV"
+venv_finish sglang "$probe"

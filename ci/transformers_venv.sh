@@ -28,30 +28,14 @@ SPEC=${KVCM_TRANSFORMERS_SPEC:-$("$PY" "$ROOT/pytest_kvcm/targets/declared.py" h
 # psutil, without which 5.17's cache sizes itself on a CPU from 0 bytes of memory ("more than available memory 0")
 REQS=("torch==2.13.0" "$SPEC" "psutil" "numpy>=1.24" "pydantic>=2.5" "pytest>=8" "hypothesis>=6" "pyyaml>=6")
 
-key=$(printf '%s\n' "${REQS[@]}" "$("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)
-stamp="$VENV/.kvcm-built-from"
+. "$ROOT/ci/venv_lib.sh"
+key=$(venv_key "${REQS[@]}")
 probe='import transformers.generation.continuous_batching.scheduler'
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$VENV/bin/python" -c "$probe" 2>/dev/null; then
-    echo "transformers venv up to date ($SPEC)" >&2
-    echo "$VENV"
-    exit 0
-fi
+venv_up_to_date transformers "$probe" && exit 0
 
-. "$ROOT/ci/owned_dir.sh"
-check_own_dir "$VENV" "$(basename "$0") (KVCM_TRANSFORMERS_VENV)"
-mkdir -p "$CACHE"
-cached="$CACHE/.complete-transformers-$key"
-t0=$SECONDS
-if [[ ! -f "$cached" ]]; then
-    echo "filling the wheel cache $CACHE with $SPEC and its dependencies (once)" >&2
+venv_refuse_foreign KVCM_TRANSFORMERS_VENV
+venv_fill_cache ".complete-transformers-$key" "with $SPEC and its dependencies (once)" \
     "$PY" -m pip wheel -q --find-links "$CACHE" -w "$CACHE" "${REQS[@]}" >&2
-    touch "$cached"
-fi
-
-claim_dir "$VENV" "$(basename "$0") (KVCM_TRANSFORMERS_VENV)"
-"$PY" -m venv "$VENV"
+venv_create KVCM_TRANSFORMERS_VENV
 "$VENV/bin/python" -m pip install -q --no-index --find-links "$CACHE" "${REQS[@]}" >&2
-PYTHONPATH="$ROOT" "$VENV/bin/python" -c "$probe; import pytest_kvcm.plugin" >&2
-echo "$key" > "$stamp"
-echo "transformers venv built in $((SECONDS - t0)) s ($SPEC)" >&2
-echo "$VENV"
+venv_finish transformers "$probe"

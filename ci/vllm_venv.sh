@@ -32,33 +32,16 @@ REQS=("$SPEC" "torch==2.13.0" "pytest>=8" "hypothesis>=6" "pyyaml>=6" "setuptool
 # pip picks CUDA builds of these; vllm's CPU paths do not need them and their import fails without CUDA.
 DROP=(torchvision torchaudio torchcodec)
 
-key=$(printf '%s\n' "${REQS[@]}" "$("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-16)
-stamp="$VENV/.kvcm-built-from"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]] && "$VENV/bin/python" -c 'import importlib.util as u; assert u.find_spec("vllm")' 2>/dev/null; then
-    echo "vllm venv up to date ($SPEC)" >&2
-    echo "$VENV"
-    exit 0
-fi
+. "$ROOT/ci/venv_lib.sh"
+key=$(venv_key "${REQS[@]}")
+venv_up_to_date vllm 'import importlib.util as u; assert u.find_spec("vllm")' && exit 0
 
-# a directory that is not one of ours is refused before the download, the install or any removal
-. "$ROOT/ci/owned_dir.sh"
-check_own_dir "$VENV" "$(basename "$0") (KVCM_VLLM_VENV)"
-mkdir -p "$CACHE"
-cached="$CACHE/.complete-$key"
-t0=$SECONDS
-if [[ ! -f "$cached" ]]; then
-    echo "filling the wheel cache $CACHE with $SPEC and its dependencies (once; minutes)" >&2
-    # pip wheel keeps every resolved requirement as a wheel (building any sdist), unlike pip download
+venv_refuse_foreign KVCM_VLLM_VENV    # before the download, the install or any removal
+# pip wheel keeps every resolved requirement as a wheel (building any sdist), unlike pip download
+venv_fill_cache ".complete-$key" "with $SPEC and its dependencies (once; minutes)" \
     "$PY" -m pip wheel -q --find-links "$CACHE" -w "$CACHE" "${REQS[@]}" >&2
-    touch "$cached"
-fi
-
-claim_dir "$VENV" "$(basename "$0") (KVCM_VLLM_VENV)"
-"$PY" -m venv "$VENV"
+venv_create KVCM_VLLM_VENV
 pip_() { "$VENV/bin/python" -m pip "$@"; }
 pip_ install -q --no-index --find-links "$CACHE" "${REQS[@]}" >&2
 pip_ uninstall -q -y "${DROP[@]}" >&2 2>/dev/null || true
-PYTHONPATH="$ROOT" "$VENV/bin/python" -c 'import vllm.v1.core.kv_cache_manager, pytest_kvcm.plugin' >&2
-echo "$key" > "$stamp"
-echo "vllm venv built in $((SECONDS - t0)) s ($SPEC)" >&2
-echo "$VENV"
+venv_finish vllm 'import vllm.v1.core.kv_cache_manager'

@@ -162,6 +162,10 @@ def user_dir(tmp_path):
     return d
 
 
+VENV_SCRIPTS = [("vllm_venv.sh", "KVCM_VLLM_VENV"), ("sglang_venv.sh", "KVCM_SGLANG_VENV"),
+                ("transformers_venv.sh", "KVCM_TRANSFORMERS_VENV")]     # their shared steps: ci/venv_lib.sh
+
+
 def _script(name: str, tmp_path: Path, **env) -> subprocess.CompletedProcess:
     """Run ``ci/<name>`` with its wheel cache in ``tmp_path`` (never the real one) and no network needed: the
     refusal comes before any download or install."""
@@ -169,7 +173,7 @@ def _script(name: str, tmp_path: Path, **env) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(ROOT / "ci" / name)], env=full, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("script, var", [("vllm_venv.sh", "KVCM_VLLM_VENV"), ("sglang_venv.sh", "KVCM_SGLANG_VENV")])
+@pytest.mark.parametrize("script, var", VENV_SCRIPTS)
 @pytest.mark.parametrize("shape", ["directory_with_files", "a_file", "symlink_to_the_directory"])
 def test_venv_scripts_never_delete_a_directory_they_did_not_make(tmp_path, user_dir, script, var, shape):
     target = {"directory_with_files": user_dir, "a_file": user_dir / "thesis.tex",
@@ -202,7 +206,7 @@ def test_claim_dir_takes_back_only_what_it_stamped(tmp_path, stamp):
 
 
 @pytest.mark.post_merge
-@pytest.mark.parametrize("script, var", [("vllm_venv.sh", "KVCM_VLLM_VENV"), ("sglang_venv.sh", "KVCM_SGLANG_VENV")])
+@pytest.mark.parametrize("script, var", VENV_SCRIPTS)
 def test_venv_scripts_keep_the_built_venvs_working(script, var):
     """The venvs in ~/.cache/kvcm carry ``.kvcm-built-from`` (the stamp of a finished build): still accepted,
     up to date at once, never rebuilt."""
