@@ -116,8 +116,8 @@ class LLM:
         None, the default, takes its least tile, 16 rows): more of a prefill chunk's tokens share each key tile
         read. ``fused_layers``: where the kernels run, a Llama-family model's layers take nine launches each
         (``fused_layers.py``) rather than its own code's fifteen. ``pipelined_keys``: the attention kernel's key
-        loop as one the compiler software-pipelines (off by default until a GPU run measures it;
-        ``triton_attention.paged_attention``). ``decode_rows_by_index``: on a decode step (every row the same number of
+        loop as one the compiler software-pipelines (off: on an H100 it did not speed the decode step and slowed
+        the mixed one; ``triton_attention.paged_attention``). ``decode_rows_by_index``: on a decode step (every row the same number of
         queries) each attention program takes its sequence by index rather than searching the query offsets (on by
         default; off only to time the search). ``step_row_map``: on any other step the programs read their sequence
         from a map one launch searches once a step, where each layer's programs search again (off until a GPU run

@@ -319,9 +319,10 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
 
     ``pipelined`` (compiled kernels only; the interpreter runs the plain loop): the key loop as a ``range`` the
     compiler software-pipelines, ``PIPELINE_STAGES`` tiles' loads in flight, where the plain loop (a ``while``, which
-    the interpreter needs) waits for each tile's gather. Same tiles in the same order, so the same arithmetic. Off by
-    default until measured on a GPU (``benchmarks/decode_attention.py --pipelined``): compiled for sm_90 it issues
-    its loads as ``cp.async`` (``suites/engine/test_kernel_pipelining.py``), the plain loop as none.
+    the interpreter needs) waits for each tile's gather. Same tiles in the same order, so the same arithmetic.
+    Compiled for sm_90 it issues its loads as ``cp.async`` (``suites/engine/test_kernel_pipelining.py``), the plain
+    loop as none; yet on an H100 it made the decode step no faster and the mixed step slower (``docs/benchmarks.md``),
+    so it is off by default.
 
     ``uniform_q_len`` (0: not promised): every sequence has exactly this many query rows, ``query_start[s] ==
     s * uniform_q_len`` (a decode step's rows, a graph's padding rows too). Where that fits one query block, each
