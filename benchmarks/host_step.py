@@ -157,6 +157,7 @@ def _wrapped_launch_times(pipe, run) -> list[tuple[float, str]]:
 
 
 def _new_llm(kvcm_version: str, *, batch: int, max_seq: int, **kw):
+    import dataclasses
     import inspect
 
     import torch
@@ -164,8 +165,13 @@ def _new_llm(kvcm_version: str, *, batch: int, max_seq: int, **kw):
     from kvcm.models import tiny_model
     torch.set_num_threads(1)
     model, _ = tiny_model("llama", seed=0)
-    # a checkout measured with --against may predate the kvcm_version spelling
-    key = "kvcm_version" if "kvcm_version" in inspect.signature(LLM).parameters else "manager_version"
+    # a checkout measured with --against may predate the kvcm_version spelling, or LLM's options as EngineConfig's
+    try:
+        from kvcm.engine.config import EngineConfig
+        names = {f.name for f in dataclasses.fields(EngineConfig)}
+    except ImportError:
+        names = set(inspect.signature(LLM).parameters)
+    key = "kvcm_version" if "kvcm_version" in names else "manager_version"
     return LLM(model, **{key: kvcm_version}, max_batch_size=batch, max_seq_len=max_seq, cuda_graph=True,
                cuda_graph_batch_sizes=sorted({1, batch}), **kw)
 
