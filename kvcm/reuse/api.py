@@ -135,11 +135,11 @@ class ReuseMixin(TransferMixin, ReuseQueriesMixin):
         fresh_before = self.pools[reported].num_free
         if cache is None:
             blocks = [[] for _ in self.layer_groups]
-            match = None
-            window_at = 0
+            match, length, window_at = None, 0, 0
         else:
             match = self._find(state, tokens)
-            window_at = self._window_history(match.length(tpb), state)
+            length = match.length(tpb)
+            window_at = self._window_history(length, state)
             blocks, loads = self._take(request_id, match, state, window_at)
             state.path = list(match.nodes)
         seq = self._new_seq(request_id)
@@ -147,7 +147,6 @@ class ReuseMixin(TransferMixin, ReuseQueriesMixin):
         seq.reuse = state
         if match is not None and loads:
             self._start_loads(seq, loads)
-        length = 0 if match is None else match.length(tpb)
         seq.capacity = seq.history = state.prepopulated = length
         if match is not None:
             for group in self.layer_groups:
