@@ -8,7 +8,7 @@ this times every pair in one run, SmolLM2-135M's attention shape (9 query heads,
 32-token pages, each KV length the same for every row:
 
     python benchmarks/decode_attention.py [--batches 1 8 64 256] [--kv-lens 256 1400 4096]
-                                          [--split-lens 0 64 128 256 512 | --pipelined
+                                          [--split-lens 0 64 128 256 512
                                            | --variants plain:32:4 plain+index:32:4 pipe+index:64:4:3 ...]
 
 prints, per (batch, KV length), each ``split_len``'s time per call (CUDA events over ``--iters`` calls in a
@@ -82,14 +82,13 @@ def variant(text: str) -> dict:
 
 def timed_cells(inputs, keyword: str | None, values: list, iters: int) -> list[str]:
     """The kernel on ``inputs`` (q, pages, table, KV lengths, query starts) with ``keyword`` set to each of
-    ``values`` (``keyword`` None: each value is a ``variant``'s text): its output checked against the first value's,
-    its ms per call and its ratio to the first's."""
+    ``values`` (``keyword`` None: each value is a dict of keywords, a ``variant``'s): its output checked against the
+    first value's, its ms per call and its ratio to the first's."""
     q, kv, table, lens, starts = inputs
 
     def call(v):
-        keywords = variant(v) if keyword is None else {keyword: v}
         return triton_attention.paged_attention(q, kv, table, lens, starts, scale=DIM ** -0.5, window=None, tpb=TPB,
-                                                **keywords)
+                                                **(v if keyword is None else {keyword: v}))
     first = call(values[0])
     times = []
     for v in values:
@@ -104,9 +103,6 @@ def main(argv=None) -> int:
     ap.add_argument("--kv-lens", type=int, nargs="+", default=[256, 1400, 4096])
     ap.add_argument("--split-lens", type=int, nargs="+", default=[0, 64, 128, 256, 512])
     ap.add_argument("--iters", type=int, default=200)
-    ap.add_argument("--pipelined", action="store_true",
-                    help="time the plain key loop against the software-pipelined one (pipelined=False, True), "
-                         "keys whole, instead of the split lengths")
     ap.add_argument("--variants", nargs="+", metavar="KIND:TILE_N:WARPS[:STAGES]",
                     help="time these launch tunings (plain|pipe[+index]:TILE_N:NUM_WARPS[:STAGES]) against the first, "
                          "keys whole, instead of the split lengths")
@@ -116,17 +112,14 @@ def main(argv=None) -> int:
         ap.error(f"--split-lens {bad[0]}: must be 0 or a positive multiple of {triton_attention.TILE_N}")
     args.split_lens = sorted(set(args.split_lens) | {0})      # 0 first: the others' ratios are to it
     if args.variants:
-        for text in args.variants:
-            try:
-                variant(text)
-            except argparse.ArgumentTypeError as e:
-                ap.error(f"--variants: {e}")
-        keyword, label, values = None, "", args.variants
-    elif args.pipelined:
-        keyword, label, values = "pipelined", "pipelined", [False, True]
+        try:
+            values = [variant(text) for text in args.variants]
+        except argparse.ArgumentTypeError as e:
+            ap.error(f"--variants: {e}")
+        keyword, label, names = None, "", args.variants
     else:
-        keyword, label, values = "split_len", "split", args.split_lens
-    header("decode_attention.py", "decode call", f"{'batch':>6} {'kv_len':>7}", label, values)
+        keyword, label, names, values = "split_len", "split", args.split_lens, args.split_lens
+    header("decode_attention.py", "decode call", f"{'batch':>6} {'kv_len':>7}", label, names)
     for batch in args.batches:
         for kv_len in args.kv_lens:
             cells = timed_cells(case(batch, kv_len, "cuda"), keyword, values, args.iters)

@@ -4,7 +4,8 @@ software-pipelines (its gathers issued as ``cp.async`` a few tiles ahead), the p
 On the H100 of 2026-12-07 the decode step's attention read its KV at 1,348 GB/s, 40% of the peak, and its key loop
 was a ``while`` loop (the Triton interpreter, which the CPU lanes run the kernels under, cannot iterate a ``range``
 with loaded bounds), which the compiler does not pipeline: each tile's gather waited for the last. The ``range``
-form stays off by default until a GPU run measures it (``benchmarks/decode_attention.py --pipelined``); this checks,
+form is off by default: on an H100 (2026-12-08, ``benchmarks/decode_attention.py --variants plain:32:4 pipe:32:4:3``
+and ``step_breakdown.py --pipelined-keys``) it left the decode step as it was and slowed the mixed one. This checks,
 without a GPU, that it compiles and is pipelined, and that the interpreter never sees it.
 """
 from __future__ import annotations
