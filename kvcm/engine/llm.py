@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -117,12 +117,11 @@ class LLM:
         read. ``fused_layers``: where the kernels run, a Llama-family model's layers take nine launches each
         (``fused_layers.py``) rather than its own code's fifteen. ``pipelined_keys``: the attention kernel's key
         loop as one the compiler software-pipelines (off: on an H100 it did not speed the decode step and slowed
-        the mixed one; ``triton_attention.paged_attention``). ``decode_rows_by_index``: on a decode step (every row the same number of
-        queries) each attention program takes its sequence by index rather than searching the query offsets (on by
-        default; off only to time the search). ``step_row_map``: on any other step the programs read their sequence
-        from a map one launch searches once a step, where each layer's programs search again (off until a GPU run
-        measures it). All become one ``KernelOptions``, passed down to
-        every cache's runner.
+        the mixed one; ``triton_attention.paged_attention``). ``decode_rows_by_index``: on a decode step (every row
+        the same number of queries) each attention program takes its sequence by index rather than searching the
+        query offsets (on by default; off only to time the search). ``step_row_map``: on any other step the programs
+        read their sequence from a map one launch searches once a step, where each layer's programs search again
+        (off until a GPU run measures it). All become one ``KernelOptions``, passed down to every cache's runner.
 
         ``host_cache_size``: bytes of host memory for the host tier (TensorRT-LLM's ``KvCacheConfig.host_cache_size``;
         V1's secondary pool, ``kvcm/reuse/host_tier.py``, or V2's host level, ``kvcm/reuse/host_level.py``): cached
@@ -152,9 +151,7 @@ class LLM:
         # the one bundle every cache this engine builds is sized for (a draft cache: max_seq_len + D)
         self.limits = c.limits
         max_seq_len, max_draft_len, device = c.max_seq_len, c.max_draft_len, c.device
-        kernel = KernelOptions(c.decode_split_len, c.prefill_block_m, c.fused_layers, c.pipelined_keys,
-                               c.decode_rows_by_index,
-                               c.step_row_map)
+        kernel = KernelOptions(**{f.name: getattr(c, f.name) for f in fields(KernelOptions)})   # EngineConfig names each
         self.spec_max_concurrency = c.spec_max_concurrency
         self.spec_acceptance_window, self.spec_acceptance_threshold = c.spec_acceptance_window, c.spec_acceptance_threshold
         self.model = model.to(device).eval()

@@ -353,8 +353,9 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
                          f"sequences, one share each")
     uniform = uniform_q_len if 0 < uniform_q_len <= block_q else 0
     programs = num_seqs if uniform else num_programs(t, num_seqs, block_q)
+    mapped = not uniform and program_maps is not None
     seq_map = query_start             # not read unless mapped
-    if not uniform and program_maps is not None:
+    if mapped:
         key = ("program_seqs", block_q, t, num_seqs)
         if key not in program_maps:
             program_maps[key] = program_seqs(query_start, num_seqs, block_q, programs)
@@ -377,11 +378,11 @@ def paged_attention(q: torch.Tensor, kv: torch.Tensor, block_table: torch.Tensor
         kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), block_table.stride(0),
         REP=heads // kvh, D=d, D_PAD=d_pad, TPB=tpb, BLOCK_M=block_m, BLOCK_Q=block_q, TILE=tile_n,
         SPLITS=splits, PRECISION=precision, UPCAST=upcast, CHUNKED=chunk is not None,
-        PIPELINED=pipelined and not interpreted(), STAGES=stages, UNIFORM_Q=uniform, MAPPED=seq_map is not query_start,
+        PIPELINED=pipelined and not interpreted(), STAGES=stages, UNIFORM_Q=uniform, MAPPED=mapped,
         num_warps=num_warps)
     if splits > 1:
         _combine_splits_kernel[(programs, kvh)](part_m, part_l, part_acc, out, query_start, seq_map, num_seqs,
                                                 out.stride(0), out.stride(1), REP=heads // kvh, D=d, D_PAD=d_pad,
                                                 BLOCK_M=block_m, BLOCK_Q=block_q, SPLITS=splits, UNIFORM_Q=uniform,
-                                                MAPPED=seq_map is not query_start, num_warps=4)
+                                                MAPPED=mapped, num_warps=4)
     return out
